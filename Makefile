@@ -1,0 +1,62 @@
+# The Makefile only wraps: the work is in scripts/ and the Go tests.
+SHELL := /bin/bash
+GO ?= go
+export CGO_ENABLED := 0
+
+# Reference plugins and cnitool used as real CNI clients by the tests.
+CNI_PLUGINS_VERSION := v1.9.1
+CNI_VERSION := v1.3.1
+TOOLS_DIR := $(CURDIR)/.cache/cni-bin
+REF_PLUGINS := ptp host-local tuning portmap bridge loopback
+
+export PODWIRE_BIN := $(CURDIR)/bin/podwire
+export PODWIRE_CNI_BIN := $(TOOLS_DIR)
+
+.PHONY: build tools test test-unit test-integration test-vm test-e2e demo bench lint fuzz clean
+
+build:
+	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire ./plugins/podwire
+
+tools: $(TOOLS_DIR)/.stamp
+
+$(TOOLS_DIR)/.stamp: Makefile
+	mkdir -p $(TOOLS_DIR)
+	for p in $(REF_PLUGINS); do \
+		p_pkg=github.com/containernetworking/plugins/plugins/main/$$p; \
+		[ $$p = host-local ] && p_pkg=github.com/containernetworking/plugins/plugins/ipam/host-local; \
+		[ $$p = tuning ] && p_pkg=github.com/containernetworking/plugins/plugins/meta/tuning; \
+		[ $$p = portmap ] && p_pkg=github.com/containernetworking/plugins/plugins/meta/portmap; \
+		GOBIN=$(TOOLS_DIR) $(GO) install $$p_pkg@$(CNI_PLUGINS_VERSION) || exit 1; \
+	done
+	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
+	touch $@
+
+test: test-unit test-integration
+
+test-unit:
+	$(GO) test -count=1 ./pkg/... ./plugins/...
+
+test-integration: build tools
+	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
+
+test-vm: build
+	scripts/vm-test.sh
+
+test-e2e: build tools
+	$(GO) test -count=1 -timeout 20m ./integration/cri/
+
+demo: build tools
+	scripts/demo.sh
+
+bench: build tools
+	scripts/bench.sh
+
+fuzz:
+	scripts/fuzz.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin .cache

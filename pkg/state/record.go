@@ -1,0 +1,104 @@
+// Package state keeps one record per CNI attachment (container ID + ifname)
+// in podwire's stateDir, and the node lock. DEL and GC work from these
+// records, so they need neither prevResult nor the pod's netns; the node
+// tables are rebuilt from them.
+//
+// Records are JSON files, mode 0600, in a directory of mode 0700, written
+// atomically (temporary file, fsync, rename). A record is written before ADD
+// changes anything (with everything ADD is about to create) and updated when
+// ADD is done, so a runtime's DEL after a crashed ADD still finds what to
+// remove.
+package state
+
+import (
+	"net/netip"
+	"time"
+)
+
+// RecordVersion is the schema version of Record.
+const RecordVersion = 1
+
+// Record is what podwire did for one attachment. Each concern fills its own
+// fields; every field names something DEL must undo.
+type Record struct {
+	Version     int    `json:"version"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	// Netns is the pod's netns path at ADD; it may be gone at DEL.
+	Netns string `json:"netns,omitempty"`
+	// Network is the network name of the conflist.
+	Network string    `json:"network,omitempty"`
+	Created time.Time `json:"created"`
+	// Complete is false while ADD is still running (or crashed).
+	Complete bool `json:"complete"`
+
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	PodUID       string `json:"podUID,omitempty"`
+	// AnnotationSource is podmeta.SourceRuntime, SourceAPI or SourceNone.
+	AnnotationSource string `json:"annotationSource,omitempty"`
+
+	// HostIfName is the host side of the primary interface (the veth the
+	// primary plugin made); PodIfIndex is the pod side's index in the netns.
+	HostIfName string `json:"hostIfName,omitempty"`
+	// Addresses are the pod's primary addresses, from prevResult.
+	Addresses []netip.Addr `json:"addresses,omitempty"`
+
+	// SourceCheck is true when the pod's addresses are elements of the
+	// source-check sets (an ordinary pod with sourceCheck on).
+	SourceCheck bool `json:"sourceCheck,omitempty"`
+	// Forwarding marks an admitted forwarding pod.
+	Forwarding bool `json:"forwarding,omitempty"`
+	// AllowedSourcePrefixes are elements of the allowed-prefix sets.
+	AllowedSourcePrefixes []netip.Prefix `json:"allowedSourcePrefixes,omitempty"`
+	// Routes are node routes to the pod (podwire.io/routes).
+	Routes []Route `json:"routes,omitempty"`
+	// HostSysctls are host-side sysctls podwire changed, with the values
+	// they had before, restored on DEL (path relative to /proc/sys).
+	HostSysctls map[string]string `json:"hostSysctls,omitempty"`
+	// Egress is true when the pod's addresses are egress SNAT sources.
+	Egress bool `json:"egress,omitempty"`
+
+	// VLAN is the VLAN attachment, if any.
+	VLAN *VLANAttachment `json:"vlan,omitempty"`
+}
+
+// Route is one node route to a pod.
+type Route struct {
+	Dst netip.Prefix `json:"dst"`
+	Via netip.Addr   `json:"via"`
+	Dev string       `json:"dev,omitempty"`
+}
+
+// VLANAttachment is a pod's port on the node bridge.
+type VLANAttachment struct {
+	Bridge    string `json:"bridge"`
+	HostVeth  string `json:"hostVeth"`
+	PodIfName string `json:"podIfName"`
+	// PVID is the untagged (access or native) VLAN; 0 for none.
+	PVID uint16 `json:"pvid,omitempty"`
+	// Tagged are trunk VLANs.
+	Tagged []uint16 `json:"tagged,omitempty"`
+	// Uplink is the trunk the VLANs were added to; "" for none.
+	Uplink string         `json:"uplink,omitempty"`
+	MAC    string         `json:"mac,omitempty"`
+	MTU    int            `json:"mtu,omitempty"`
+	IPs    []netip.Prefix `json:"ips,omitempty"`
+	// PortCheck is true when bridge-family elements pin MAC and IPs.
+	PortCheck bool `json:"portCheck,omitempty"`
+}
+
+// VLANs returns every VLAN the attachment uses on the bridge.
+func (v *VLANAttachment) VLANs() []uint16 {
+	if v == nil {
+		return nil
+	}
+	out := append([]uint16(nil), v.Tagged...)
+	if v.PVID != 0 {
+		out = append(out, v.PVID)
+	}
+	return out
+}
+
+// Key is "containerID/ifname", the identity of an attachment.
+func (r *Record) Key() string { return r.ContainerID + "/" + r.IfName }

@@ -1,0 +1,165 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// File modes of the state directory and its files.
+const (
+	DirMode  = 0o700
+	FileMode = 0o600
+	lockName = "node.lock"
+	suffix   = ".json"
+)
+
+// Store is the directory of attachment records.
+type Store struct {
+	Dir string
+}
+
+// New returns the store in dir; nothing is created until a write.
+func New(dir string) *Store { return &Store{Dir: dir} }
+
+func (s *Store) ensureDir() error {
+	if err := os.MkdirAll(s.Dir, DirMode); err != nil {
+		return fmt.Errorf("failed to create state dir %q: %w", s.Dir, err)
+	}
+	return nil
+}
+
+// escape makes a path element of a container ID or ifname: '%', '_' and '/'
+// are percent-encoded so that "<cid>_<ifname>.json" is unambiguous.
+func escape(s string) string {
+	r := strings.NewReplacer("%", "%25", "_", "%5F", "/", "%2F")
+	return r.Replace(s)
+}
+
+func (s *Store) path(containerID, ifName string) string {
+	return filepath.Join(s.Dir, escape(containerID)+"_"+escape(ifName)+suffix)
+}
+
+// Put writes r atomically: a temporary file in the same directory, fsync,
+// rename over the old record.
+func (s *Store) Put(r *Record) error {
+	if err := s.ensureDir(); err != nil {
+		return err
+	}
+	r.Version = RecordVersion
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("failed to encode record %s: %w", r.Key(), err)
+	}
+	dst := s.path(r.ContainerID, r.IfName)
+	tmp, err := os.CreateTemp(s.Dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err = tmp.Write(data); err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
+	}
+	return nil
+}
+
+// Get returns the record of an attachment, or (nil, nil) when there is none.
+func (s *Store) Get(containerID, ifName string) (*Record, error) {
+	return s.read(s.path(containerID, ifName))
+}
+
+func (s *Store) read(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read record %q: %w", path, err)
+	}
+	r := &Record{}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("corrupt record %q: %w", path, err)
+	}
+	return r, nil
+}
+
+// Delete removes the record of an attachment; a missing record is not an
+// error (DEL is idempotent).
+func (s *Store) Delete(containerID, ifName string) error {
+	err := os.Remove(s.path(containerID, ifName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
+	}
+	return nil
+}
+
+// List returns every record. A missing directory is an empty list. Corrupt
+// records are returned as errors alongside the good ones (errors.Join), so
+// that GC and the node tables carry on past them.
+func (s *Store) List() ([]*Record, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to list state dir %q: %w", s.Dir, err)
+	}
+	var recs []*Record
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, suffix) || strings.HasPrefix(name, ".") {
+			continue
+		}
+		r, err := s.read(filepath.Join(s.Dir, name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r != nil {
+			recs = append(recs, r)
+		}
+	}
+	return recs, errors.Join(errs...)
+}
+
+// Lock takes the node lock: an exclusive flock(2) on stateDir/node.lock,
+// blocking until it is free. The kernel releases it if the process dies, so
+// a crashed podwire never leaves it held. The returned func releases it.
+func (s *Store) Lock() (unlock func(), err error) {
+	if err := s.ensureDir(); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(s.Dir, lockName), os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open node lock: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("failed to take node lock: %w", err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}

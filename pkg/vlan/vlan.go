@@ -1,0 +1,112 @@
+// Package vlan parses and prints sets of IEEE 802.1Q VLAN IDs, as written in
+// podwire's config (allowedVLANs, vlanTrunk) and annotations
+// (podwire.io/vlan-trunk): a comma list of IDs and inclusive ranges,
+// "100-199,300". Valid IDs are 1..4094 (IEEE 802.1Q-2018, 9.6: 0 and 4095 are
+// reserved).
+package vlan
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MinID and MaxID bound a usable VLAN ID.
+const (
+	MinID = 1
+	MaxID = 4094
+)
+
+// Set is a sorted list of distinct VLAN IDs. The zero value is the empty set.
+type Set []uint16
+
+// ParseID parses one VLAN ID in 1..4094.
+func ParseID(s string) (uint16, error) {
+	s = strings.TrimSpace(s)
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a VLAN ID", s)
+	}
+	if n < MinID || n > MaxID {
+		return 0, fmt.Errorf("VLAN ID %d is out of range %d-%d", n, MinID, MaxID)
+	}
+	return uint16(n), nil
+}
+
+// Parse parses a comma list of VLAN IDs and inclusive ranges ("100-199,300").
+// Blanks around items are ignored; an empty string is the empty set. A range
+// whose end is below its start ("300-200") and an ID outside 1..4094 are errors.
+func Parse(s string) (Set, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	seen := make(map[uint16]bool)
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("empty item in VLAN list %q", s)
+		}
+		lo, hi, isRange := strings.Cut(item, "-")
+		first, err := ParseID(lo)
+		if err != nil {
+			return nil, err
+		}
+		last := first
+		if isRange {
+			if last, err = ParseID(hi); err != nil {
+				return nil, err
+			}
+			if last < first {
+				return nil, fmt.Errorf("VLAN range %q is reversed", item)
+			}
+		}
+		for id := int(first); id <= int(last); id++ {
+			seen[uint16(id)] = true
+		}
+	}
+	set := make(Set, 0, len(seen))
+	for id := range seen {
+		set = append(set, id)
+	}
+	sort.Slice(set, func(i, j int) bool { return set[i] < set[j] })
+	return set, nil
+}
+
+// Contains reports whether id is in s.
+func (s Set) Contains(id uint16) bool {
+	i := sort.Search(len(s), func(i int) bool { return s[i] >= id })
+	return i < len(s) && s[i] == id
+}
+
+// Missing returns the IDs of other that are not in s, in order.
+func (s Set) Missing(other Set) Set {
+	var out Set
+	for _, id := range other {
+		if !s.Contains(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// String prints s compactly with ranges, the inverse of Parse: "100-199,300".
+func (s Set) String() string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if j == i {
+			fmt.Fprintf(&b, "%d", s[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", s[i], s[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}

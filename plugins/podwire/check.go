@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// cmdCheck verifies podwire's own resources for the attachment: the record,
+// the node tables, the set elements and every step's links, routes and
+// sysctls. Anything missing or wrong is an error naming it.
+func cmdCheck(args *skel.CmdArgs) error {
+	a, err := newAttachment(args, "CHECK")
+	if err != nil {
+		return err
+	}
+	if a.conf.Result == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
+	}
+	a.res = a.conf.Result
+	rec, err := a.store.Get(args.ContainerID, args.IfName)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		return fmt.Errorf("no podwire record for attachment %s/%s", args.ContainerID, args.IfName)
+	}
+	if !rec.Complete {
+		return fmt.Errorf("attachment %s/%s: ADD did not complete", args.ContainerID, args.IfName)
+	}
+	a.rec = rec
+	if want := wantTables(a.conf); len(want) > 0 {
+		c, err := a.conn()
+		if err != nil {
+			return err
+		}
+		present, err := nft.ReadPresent(c)
+		if err != nil {
+			return err
+		}
+		for _, t := range want {
+			if !present.Current(t) {
+				return fmt.Errorf("node table %s is missing or not current", t.ID())
+			}
+		}
+		if err := nft.CheckElements(c, wantTables(a.conf), recordElements(a.conf, rec)); err != nil {
+			return err
+		}
+	}
+	for _, s := range steps {
+		if err := s.check(a); err != nil {
+			return fmt.Errorf("%s: %w", s.name(), err)
+		}
+	}
+	return nil
+}

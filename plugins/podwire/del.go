@@ -1,0 +1,44 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/containernetworking/cni/pkg/skel"
+)
+
+// cmdDel removes what ADD made for the attachment, from its state record.
+// It needs neither prevResult nor the netns: a runtime's second DEL has
+// neither. No record means nothing to do (ADD never ran, failed cleanly, or a
+// DEL already ran): success.
+func cmdDel(args *skel.CmdArgs) error {
+	a, err := newAttachment(args, "DEL")
+	if err != nil {
+		return err
+	}
+	rec, err := a.store.Get(args.ContainerID, args.IfName)
+	if err != nil {
+		return err
+	}
+	if rec == nil {
+		a.log.Debug("DEL: no record, nothing to do")
+		return nil
+	}
+	if rec.Netns == "" || args.Netns != "" {
+		rec.Netns = args.Netns // the runtime's current view wins
+	}
+	a.rec = rec
+	if err := a.teardown(len(steps)); err != nil {
+		a.log.Error("DEL incomplete", "error", err)
+		return err
+	}
+	a.log.Info("DEL done")
+	return nil
+}
+
+// joinErrors is errors.Join that returns a plain nil for no errors.
+func joinErrors(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// cmdGC removes every resource of attachments that are not valid (CNI 1.1
+// GC). The valid list is cni.dev/valid-attachments, or the older
+// cni.dev/attachments. When the runtime sends neither key, GC removes
+// nothing: an absent list means "unknown", not "none" (deleting every pod's
+// state on a malformed request would cut every pod off). GC carries on past
+// errors and reports them all.
+func cmdGC(args *skel.CmdArgs) error {
+	a, err := newAttachment(args, "GC")
+	if err != nil {
+		return err
+	}
+	valid := a.conf.ValidAttachments
+	if valid == nil {
+		valid = a.conf.Attachments
+	}
+	if valid == nil {
+		a.log.Warn("GC without cni.dev/valid-attachments: nothing removed")
+		return nil
+	}
+	keep := make(map[string]bool, len(valid))
+	for _, v := range valid {
+		keep[v.ContainerID+"/"+v.IfName] = true
+	}
+	recs, listErr := a.store.List()
+	var errs []error
+	if listErr != nil {
+		errs = append(errs, listErr)
+	}
+	removed := 0
+	for _, rec := range recs {
+		if keep[rec.Key()] {
+			continue
+		}
+		if rec.Network != "" && a.conf.Name != "" && rec.Network != a.conf.Name {
+			continue // another network's attachment: not ours to judge
+		}
+		g := *a
+		g.rec = rec
+		g.log = a.log.With("gcContainerID", rec.ContainerID, "gcIfname", rec.IfName)
+		if err := g.teardown(len(steps)); err != nil {
+			errs = append(errs, fmt.Errorf("attachment %s: %w", rec.Key(), err))
+			continue
+		}
+		removed++
+	}
+	a.log.Info("GC done", "removed", removed, "errors", len(errs))
+	if len(errs) > 0 {
+		return types.NewError(types.ErrInternal, "GC incomplete", joinErrors(errs).Error())
+	}
+	return nil
+}
