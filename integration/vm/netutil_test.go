@@ -1,0 +1,159 @@
+package vm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// newNS makes a network namespace that is closed and unmounted when t ends.
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatalf("failed to create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+	})
+	if err := n.Do(func(ns.NetNS) error { return linkUp("lo") }); err != nil {
+		t.Fatalf("failed to bring up lo in %s: %v", n.Path(), err)
+	}
+	return n
+}
+
+func linkUp(name string) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("failed to find %q: %w", name, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("failed to set %q up: %w", name, err)
+	}
+	return nil
+}
+
+// addVeth makes a veth pair with hostName in host and peerName in peer, both up.
+func addVeth(t *testing.T, host ns.NetNS, hostName string, peer ns.NetNS, peerName string) {
+	t.Helper()
+	err := host.Do(func(ns.NetNS) error {
+		v := &netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: hostName},
+			PeerName:      peerName,
+			PeerNamespace: netlink.NsFd(int(peer.Fd())),
+		}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("failed to add veth %q: %w", hostName, err)
+		}
+		return linkUp(hostName)
+	})
+	if err == nil {
+		err = peer.Do(func(ns.NetNS) error { return linkUp(peerName) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addAddr adds cidr (address/prefix) to ifname in n without duplicate address detection.
+func addAddr(t *testing.T, n ns.NetNS, ifname, cidr string) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return fmt.Errorf("failed to find %q: %w", ifname, err)
+		}
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			return err
+		}
+		a.Flags |= 0x02 // IFA_F_NODAD
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("failed to add %s to %q: %w", cidr, ifname, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ping sends ICMP echo requests from n to dst every 200 ms until a reply
+// arrives or timeout passes. It returns nil on the first reply.
+func ping(n ns.NetNS, dst net.IP, timeout time.Duration) error {
+	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
+	var reqType, replyType icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if dst.To4() == nil {
+		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
+		reqType, replyType = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
+	var c *icmp.PacketConn
+	// The socket belongs to the namespace it was made in, whichever thread uses it later.
+	err := n.Do(func(ns.NetNS) error {
+		var err error
+		c, err = icmp.ListenPacket(network, laddr)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("failed to open an ICMP socket in %s: %w", n.Path(), err)
+	}
+	defer c.Close()
+
+	id := rand.IntN(0xffff)
+	deadline := time.Now().Add(timeout)
+	buf := make([]byte, 1500)
+	for seq := 1; time.Now().Before(deadline); seq++ {
+		msg := icmp.Message{Type: reqType, Body: &icmp.Echo{ID: id, Seq: seq, Data: []byte("podwire")}}
+		b, err := msg.Marshal(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := c.WriteTo(b, &net.IPAddr{IP: dst}); err != nil {
+			// No route or neighbour yet: keep trying until the deadline.
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		wait := time.Now().Add(200 * time.Millisecond)
+		for {
+			_ = c.SetReadDeadline(wait)
+			nr, from, err := c.ReadFrom(buf)
+			if err != nil {
+				break
+			}
+			m, err := icmp.ParseMessage(proto, buf[:nr])
+			if err != nil || m.Type != replyType {
+				continue
+			}
+			if e, ok := m.Body.(*icmp.Echo); ok && e.ID == id && from.(*net.IPAddr).IP.Equal(dst) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no echo reply from %s in %s within %s", dst, n.Path(), timeout)
+}
+
+// mustPing fails t unless from reaches dst.
+func mustPing(t *testing.T, from ns.NetNS, what string, dst string) {
+	t.Helper()
+	if err := ping(from, net.ParseIP(dst), 10*time.Second); err != nil {
+		t.Fatalf("%s: expected %s to answer: %v", what, dst, err)
+	}
+}
+
+// mustNotPing fails t if from reaches dst within a few seconds.
+func mustNotPing(t *testing.T, from ns.NetNS, what string, dst string) {
+	t.Helper()
+	if err := ping(from, net.ParseIP(dst), 3*time.Second); err == nil {
+		t.Fatalf("%s: %s answered but must be unreachable", what, dst)
+	}
+}

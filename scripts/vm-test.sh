@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# vm-test.sh runs the VM suite (integration/vm) under Debian's stock kernel in QEMU.
+#
+# Why: the development kernel has no bridge VLAN filtering, no 8021q and no
+# loadable modules, so the VLAN tests can only skip there. Debian's
+# linux-image-amd64 has all of it as modules. We boot it under QEMU (TCG by
+# default, no KVM needed) with a busybox initramfs that holds one static test
+# binary, the CNI plugins under test, iproute2 for diagnostics and the modules.
+# /init runs the tests and prints "PODWIRE-VM-EXIT=<status>" on the serial
+# console; this script exits with that status, or fails loudly when the VM did
+# not boot or did not finish in time.
+#
+# Environment:
+#   PODWIRE_VM_RUN      -test.run regexp (default: all tests)
+#   PODWIRE_VM_TIMEOUT  seconds before the VM is killed (default 1200)
+#   PODWIRE_VM_MEM      guest RAM in MiB (default 1024)
+#   PODWIRE_VM_SMP      guest CPUs (default 2; the host has 2 cores)
+#   PODWIRE_VM_ACCEL    qemu accelerator (default tcg)
+#   PODWIRE_VM_KERNEL   kernel version under /lib/modules (default: newest *-amd64)
+#   PODWIRE_BIN         the podwire binary to test (set by make; default: build it)
+#   PODWIRE_VM_PLUGIN   0 to leave podwire out (harness-only runs)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$ROOT/integration/vm/build
+ROOTFS=$BUILD/rootfs
+RUN=${PODWIRE_VM_RUN:-}
+TIMEOUT=${PODWIRE_VM_TIMEOUT:-1200}
+MEM=${PODWIRE_VM_MEM:-1024}
+SMP=${PODWIRE_VM_SMP:-2}
+ACCEL=${PODWIRE_VM_ACCEL:-tcg}
+CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.9.1}
+GO=${GO:-go}
+
+# Modules the suite needs; their dependencies are resolved from modules.dep.
+# crc32c_generic first: libcrc32c asks the crypto API for "crc32c" at load time
+# and there is no modprobe helper to load it on demand.
+MODULES="crc32c_generic bridge 8021q veth dummy nf_tables nft_meta_bridge
+nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct"
+
+log() { echo "vm-test: $*" >&2; }
+die() { log "ERROR: $*"; exit 2; }
+
+ensure_packages() {
+	local missing=()
+	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+	[ -x /bin/busybox ] && /bin/busybox --list >"$BUILD/busybox.list" && grep -qx ash "$BUILD/busybox.list" ||
+		missing+=(busybox-static)
+	ls /boot/vmlinuz-*-amd64 >/dev/null 2>&1 || missing+=(linux-image-amd64)
+	command -v bridge >/dev/null || missing+=(iproute2)
+	command -v cpio >/dev/null || missing+=(cpio)
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	fi
+	file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' ||
+		ldd /bin/busybox 2>&1 | grep -q 'not a dynamic' ||
+		die "/bin/busybox is not static; install busybox-static"
+}
+
+pick_kernel() {
+	if [ -n "${PODWIRE_VM_KERNEL:-}" ]; then
+		KVER=$PODWIRE_VM_KERNEL
+	else
+		KVER=$(ls /lib/modules | grep -- '-amd64$' | sort -V | tail -1 || true)
+	fi
+	[ -n "$KVER" ] || die "no Debian *-amd64 kernel modules under /lib/modules"
+	KERNEL=/boot/vmlinuz-$KVER
+	MODDIR=/lib/modules/$KVER
+	[ -r "$KERNEL" ] || die "kernel image $KERNEL missing"
+	[ -r "$MODDIR/modules.dep" ] || die "$MODDIR/modules.dep missing"
+}
+
+# module_path NAME prints the modules.dep path of NAME (dashes and underscores are the same).
+module_path() {
+	local n=${1//-/_}
+	awk -F: -v n="$n" '{ p=$1; b=p; sub(/.*\//, "", b); sub(/\.ko(\.(xz|zst|gz))?$/, "", b); gsub(/-/, "_", b); if (b == n) { print p; exit } }' "$MODDIR/modules.dep"
+}
+
+# add_module PATH appends PATH after its dependencies (modules.dep lists them
+# so that the last one must be loaded first) to LOAD_ORDER, once.
+declare -A SEEN=()
+LOAD_ORDER=()
+add_module() {
+	local p=$1 deps d i
+	[ -n "${SEEN[$p]:-}" ] && return 0
+	SEEN[$p]=1
+	deps=$(awk -F': *' -v p="$p" '$1 == p { print $2; exit }' "$MODDIR/modules.dep")
+	read -r -a d <<<"$deps"
+	for ((i = ${#d[@]} - 1; i >= 0; i--)); do add_module "${d[i]}"; done
+	LOAD_ORDER+=("$p")
+}
+
+copy_module() {
+	local p=$1 out=$ROOTFS/lib/modules/$(basename "${1%%.ko*}").ko
+	case $p in
+	*.ko) cp "$MODDIR/$p" "$out" ;;
+	*.ko.xz) xz -dc "$MODDIR/$p" >"$out" ;;
+	*.ko.zst) zstd -qdc "$MODDIR/$p" >"$out" ;;
+	*.ko.gz) gzip -dc "$MODDIR/$p" >"$out" ;;
+	*) die "unknown module format $p" ;;
+	esac
+}
+
+# copy_dynamic BIN copies BIN and the shared objects ldd names, with the loader.
+copy_dynamic() {
+	local bin=$1 lib
+	install -D -m 0755 "$bin" "$ROOTFS$bin"
+	for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+		[ -e "$ROOTFS$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$ROOTFS$lib"
+	done
+}
+
+build_binaries() {
+	mkdir -p "$BUILD/bin"
+	log "building the test binary"
+	(cd "$ROOT" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" ./integration/vm) ||
+		die "building integration/vm failed"
+	rm -f "$BUILD/bin/podwire"
+	if [ -n "${PODWIRE_BIN:-}" ]; then
+		[ -x "$PODWIRE_BIN" ] || die "PODWIRE_BIN=$PODWIRE_BIN is not an executable (run make build)"
+		cp "$PODWIRE_BIN" "$BUILD/bin/podwire"
+	elif [ "${PODWIRE_VM_PLUGIN:-1}" = 1 ]; then
+		log "building podwire"
+		(cd "$ROOT" && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BUILD/bin/podwire" ./plugins/podwire) ||
+			die "building podwire failed"
+	fi
+	local p pkg
+	for p in ptp host-local; do
+		if [ -x "$ROOT/.cache/cni-bin/$p" ]; then
+			cp "$ROOT/.cache/cni-bin/$p" "$BUILD/bin/$p"
+			continue
+		fi
+		pkg=github.com/containernetworking/plugins/plugins/main/$p
+		[ $p = host-local ] && pkg=github.com/containernetworking/plugins/plugins/ipam/host-local
+		log "building $p $CNI_PLUGINS_VERSION"
+		GOBIN=$BUILD/bin CGO_ENABLED=0 $GO install "$pkg@$CNI_PLUGINS_VERSION" || die "building $p failed"
+	done
+}
+
+build_initramfs() {
+	rm -rf "$ROOTFS"
+	mkdir -p "$ROOTFS"/{bin,sbin,usr/bin,usr/sbin,lib/modules,opt/cni/bin,proc,sys,dev,run,tmp,etc,var/lib}
+	install -m 0755 /bin/busybox "$ROOTFS/bin/busybox"
+	install -m 0755 "$ROOT/integration/vm/init" "$ROOTFS/init"
+	install -m 0755 "$BUILD/bin/vm.test" "$ROOTFS/vm.test"
+	local b
+	for b in podwire ptp host-local; do
+		[ -x "$BUILD/bin/$b" ] && install -m 0755 "$BUILD/bin/$b" "$ROOTFS/opt/cni/bin/$b"
+	done
+	copy_dynamic "$(command -v ip)"
+	copy_dynamic "$(command -v bridge)"
+
+	local m p
+	for m in $MODULES; do
+		p=$(module_path "$m")
+		[ -n "$p" ] || die "module $m not found in $MODDIR/modules.dep"
+		add_module "$p"
+	done
+	: >"$ROOTFS/lib/modules/load.order"
+	for p in "${LOAD_ORDER[@]}"; do
+		copy_module "$p"
+		echo "$(basename "${p%%.ko*}").ko" >>"$ROOTFS/lib/modules/load.order"
+	done
+
+	{
+		echo "PODWIRE_VM=1"
+		echo "PODWIRE_VM_RUN='$RUN'"
+		echo "PODWIRE_VM_TEST_TIMEOUT=$((TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT))s"
+	} >"$ROOTFS/etc/podwire-vm.env"
+
+	(cd "$ROOTFS" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$BUILD/initramfs.gz"
+	log "initramfs $(du -h "$BUILD/initramfs.gz" | cut -f1), kernel $KVER, ${#LOAD_ORDER[@]} modules"
+}
+
+boot() {
+	local console=$BUILD/console.log start rc status
+	start=$(date +%s)
+	log "booting $KERNEL (accel $ACCEL, ${MEM}M, $SMP cpus, timeout ${TIMEOUT}s)"
+	set +e
+	timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
+		-accel "$ACCEL" -cpu max -m "$MEM" -smp "$SMP" \
+		-nodefaults -display none -no-reboot \
+		-serial stdio \
+		-kernel "$KERNEL" -initrd "$BUILD/initramfs.gz" \
+		-append "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init" \
+		</dev/null 2>&1 | tee "$console"
+	rc=${PIPESTATUS[0]}
+	set -e
+	log "VM ran $(($(date +%s) - start))s, qemu status $rc, console in $console"
+	status=$(tr -d '\r' <"$console" | grep -ao 'PODWIRE-VM-EXIT=[0-9]*' | tail -1 | cut -d= -f2 || true)
+	if [ -z "$status" ]; then
+		[ "$rc" = 124 ] && die "VM timed out after ${TIMEOUT}s without reporting an exit status"
+		die "VM did not report an exit status (did it boot?); see $console"
+	fi
+	if [ "$status" = 0 ]; then
+		log "PASS ($(grep -ac -- '^--- PASS' "$console") passed, $(grep -ac -- '--- SKIP' "$console") skipped)"
+	else
+		log "FAIL: tests in the VM exited with status $status"
+	fi
+	exit "$status"
+}
+
+mkdir -p "$BUILD"
+ensure_packages
+pick_kernel
+build_binaries
+build_initramfs
+boot
