@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+)
+
+// TestVerbsThroughLibcni drives every verb through libcni with podwire
+// chained after ptp, for each spec version: ADD passes prevResult on, CHECK
+// passes, STATUS answers, GC keeps valid attachments and removes the rest,
+// DEL is idempotent and works as a runtime's second DEL (no netns, no
+// prevResult) and after the netns vanished.
+func TestVerbsThroughLibcni(t *testing.T) {
+	for _, v := range specVersions {
+		t.Run(v, func(t *testing.T) {
+			n := newNode(t)
+			list := n.conflist(v, nil)
+			if err := n.status(list); err != nil {
+				t.Fatalf("STATUS: %v", err)
+			}
+			a := n.mustAddPod(podSpec{version: v})
+			b := n.mustAddPod(podSpec{version: v, annotations: map[string]string{"unrelated": "x"}})
+			if !a.v4.IsValid() || !a.v6.IsValid() {
+				t.Fatalf("ADD result lacks ptp's dual-stack addresses: %+v", a.result)
+			}
+			if a.version != v {
+				t.Errorf("result cniVersion = %q, want %q", a.version, v)
+			}
+			// The chain's result is ptp's result passed on: same interfaces.
+			if len(a.result.Interfaces) != 2 {
+				t.Errorf("result interfaces = %+v, want ptp's host veth and eth0", a.result.Interfaces)
+			}
+			if got := len(n.records()); got != 2 {
+				t.Fatalf("%d state records after two ADDs, want 2", got)
+			}
+			if err := a.check(); err != nil {
+				t.Fatalf("CHECK: %v", err)
+			}
+
+			// GC with only a valid: libcni DELs b from its cache; then drop
+			// a's cache entry so that only podwire's own GC can remove a's
+			// record when a is not valid either.
+			if err := n.gc(list, a); err != nil {
+				t.Fatalf("GC: %v", err)
+			}
+			if got := n.records(); len(got) != 1 {
+				t.Fatalf("records after GC keeping a: %v, want 1", got)
+			}
+			if v == "1.1.0" {
+				if err := os.RemoveAll(filepath.Join(n.dir, "cache")); err != nil {
+					t.Fatal(err)
+				}
+				if err := n.gc(list); err != nil {
+					t.Fatalf("GC: %v", err)
+				}
+				if got := n.records(); len(got) != 0 {
+					t.Fatalf("records after podwire's GC with no valid attachment: %v, want none", got)
+				}
+				return
+			}
+			_ = b
+			if err := a.del(); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			if err := a.del(); err != nil {
+				t.Fatalf("second DEL: %v", err)
+			}
+			if err := a.delNoNetns(); err != nil {
+				t.Fatalf("DEL without netns and prevResult: %v", err)
+			}
+			if got := n.records(); len(got) != 0 {
+				t.Fatalf("records after DEL: %v", got)
+			}
+		})
+	}
+}
+
+// TestDelAfterNetnsVanished: the runtime removed the pod netns before DEL.
+func TestDelAfterNetnsVanished(t *testing.T) {
+	n := newNode(t)
+	p := n.mustAddPod(podSpec{})
+	p.closeNS()
+	if err := p.delNoNetns(); err != nil {
+		t.Fatalf("DEL after netns vanished: %v", err)
+	}
+	if got := n.records(); len(got) != 0 {
+		t.Fatalf("records after DEL: %v", got)
+	}
+}
+
+// TestAddWithoutPrevResult: podwire alone is a clear error, nothing left.
+func TestAddWithoutPrevResult(t *testing.T) {
+	n := newNode(t)
+	list := n.conflist("1.0.0", nil)
+	list.Plugins = list.Plugins[1:]
+	p := &pod{n: n, list: list, rt: podSpec{}.runtimeConf("/var/run/netns/none")}
+	_ = p
+	err := n.ns.Do(func(ns.NetNS) error {
+		_, err := n.cni.AddNetworkList(t.Context(), list, p.rt)
+		return err
+	})
+	if err == nil || cniCode(err) != 7 {
+		t.Fatalf("ADD without prevResult: err = %v (code %d), want code 7", err, cniCode(err))
+	}
+	if !reflect.DeepEqual(n.records(), []string(nil)) {
+		t.Fatalf("records left: %v", n.records())
+	}
+}
