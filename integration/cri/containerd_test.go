@@ -1,0 +1,353 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// node is a private containerd (Debian's 1.6 with runc) running in a fresh
+// network namespace: the pods' host-side veths, routes and nftables tables
+// live in that namespace, which plays the node, and vanish with it. Its
+// config, socket, root, state, runc root and CNI dirs are under one temp dir.
+type node struct {
+	dir      string
+	netns    ns.NetNS // the node's network namespace
+	sock     string
+	confDir  string
+	binDir   string
+	cmd      *exec.Cmd
+	log      *os.File
+	exited   chan struct{} // closed when containerd has exited
+	conn     *grpc.ClientConn
+	runtime  runtimeapi.RuntimeServiceClient
+	images   runtimeapi.ImageServiceClient
+	shutdown bool
+	// cgroupParent groups the sandboxes' cgroups (cgroupfs driver) under a
+	// name of this run, removed at the end in every hierarchy.
+	cgroupParent string
+	// shimDirs are the shim socket dirs (hard-coded /run/containerd/s in
+	// containerd 1.6) that did not exist before and are removed if empty.
+	shimDirs []string
+}
+
+// containerdConfig is the daemon's config (version 2, containerd 1.6).
+// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and the
+// sandbox's default oom_score_adj (-998) would be refused. The streaming
+// server binds port 0 on the node's loopback. Snapshotter overlayfs.
+const containerdConfig = `version = 2
+root = "{{dir}}/root"
+state = "{{dir}}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{{dir}}/containerd.sock"
+
+[ttrpc]
+  address = "{{dir}}/containerd.sock.ttrpc"
+
+[debug]
+  level = "info"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{{dir}}/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "` + pauseImage + `"
+    restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          BinaryName = "{{runc}}"
+          Root = "{{dir}}/runc"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "{{dir}}/cni-bin"
+      conf_dir = "{{dir}}/net.d"
+      max_conf_num = 1
+`
+
+// launchScript runs in the node's network namespace and a private (slave)
+// mount namespace: sysfs's net entries are those of the mounting namespace,
+// so the node's are mounted over /sys/class/net and /sys/devices/virtual/net
+// (not over /sys, which would hide the cgroup mounts runc needs).
+const launchScript = `set -e
+mount -t sysfs sysfs "$1/sys"
+mount --bind "$1/sys/class/net" /sys/class/net
+mount --bind "$1/sys/devices/virtual/net" /sys/devices/virtual/net
+shift
+exec "$@"`
+
+// startNode starts containerd and imports the pause image.
+func startNode(t *testing.T) *node {
+	t.Helper()
+	for _, b := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(b); err != nil {
+			t.Skipf("%s not found (apt-get install containerd runc util-linux): %v", b, err)
+		}
+	}
+	runc, _ := exec.LookPath("runc")
+	dir, err := os.MkdirTemp("", "podwire-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{dir: dir, sock: filepath.Join(dir, "containerd.sock"),
+		confDir: filepath.Join(dir, "net.d"), binDir: filepath.Join(dir, "cni-bin")}
+	n.cgroupParent = "/" + filepath.Base(dir)
+	for _, d := range []string{"/run/containerd", "/run/containerd/s"} {
+		if _, err := os.Stat(d); os.IsNotExist(err) {
+			n.shimDirs = append([]string{d}, n.shimDirs...)
+		}
+	}
+	t.Cleanup(func() { n.stop(t) })
+	for _, d := range []string{n.confDir, n.binDir, filepath.Join(dir, "sys"), filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.netns, err = testutils.NewNS(); err != nil {
+		t.Fatalf("failed to create the node's netns: %v", err)
+	}
+	// The streaming server listens on the node's loopback.
+	if err := n.netns.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		t.Fatalf("failed to set lo up in the node's netns: %v", err)
+	}
+	cfg := strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc).Replace(containerdConfig)
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n.log, err = os.Create(filepath.Join(dir, "containerd.log")); err != nil {
+		t.Fatal(err)
+	}
+	n.cmd = exec.Command("nsenter", "--net="+n.netns.Path(), "--",
+		"unshare", "--mount", "--propagation", "slave", "--",
+		"sh", "-c", launchScript, "launch", dir, "containerd", "--config", cfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatalf("failed to start containerd: %v", err)
+	}
+	n.exited = make(chan struct{})
+	go func() { n.cmd.Wait(); close(n.exited) }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if n.conn, err = grpc.NewClient("unix://"+n.sock, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		t.Fatalf("failed to dial %s: %v", n.sock, err)
+	}
+	n.runtime = runtimeapi.NewRuntimeServiceClient(n.conn)
+	n.images = runtimeapi.NewImageServiceClient(n.conn)
+	for {
+		v, err := n.runtime.Version(ctx, &runtimeapi.VersionRequest{})
+		if err == nil {
+			t.Logf("CRI %s: %s %s", v.RuntimeApiVersion, v.RuntimeName, v.RuntimeVersion)
+			break
+		}
+		if ctx.Err() != nil || n.hasExited() {
+			t.Fatalf("containerd did not answer on %s: %v\n%s", n.sock, err, n.logTail())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	archive, err := buildPauseArchive(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ctr", "-a", n.sock, "-n", "k8s.io", "images", "import",
+		"--snapshotter", "overlayfs", archive).CombinedOutput()
+	if err != nil {
+		t.Fatalf("failed to import the pause image: %v\n%s", err, out)
+	}
+	for {
+		st, err := n.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: pauseImage}})
+		if err == nil && st.Image != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("CRI does not see the imported %s: %v", pauseImage, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return n
+}
+
+// hasExited reports whether the containerd process has ended.
+func (n *node) hasExited() bool {
+	select {
+	case <-n.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// logTail returns the end of containerd's log for failure messages.
+func (n *node) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "containerd.log"))
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+// stop removes every sandbox left (a failed test), stops containerd and
+// its shims, and deletes the node's netns and temp dir.
+func (n *node) stop(t *testing.T) {
+	if n.shutdown {
+		return
+	}
+	n.shutdown = true
+	if n.runtime != nil && n.cmd != nil && !n.hasExited() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if l, err := n.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+			for _, s := range l.Items {
+				t.Logf("cleanup: removing sandbox %s/%s", s.Metadata.Namespace, s.Metadata.Name)
+				n.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
+				n.runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+			}
+		}
+		cancel()
+	}
+	if n.conn != nil {
+		n.conn.Close()
+	}
+	if n.exited != nil && !n.hasExited() {
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.exited:
+		case <-time.After(20 * time.Second):
+			n.cmd.Process.Kill()
+			<-n.exited
+		}
+	}
+	// Shims daemonize away from containerd; end those of this node only,
+	// by pid, recognised by our socket address on their command line.
+	for _, pid := range processesMentioning(n.sock) {
+		t.Logf("cleanup: killing leftover shim %d", pid)
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	n.removeCgroups(t)
+	for _, d := range n.shimDirs {
+		os.Remove(d) // only if empty: another containerd may use it
+	}
+	if n.log != nil {
+		n.log.Close()
+	}
+	if n.netns != nil {
+		n.netns.Close()
+		testutils.UnmountNS(n.netns)
+	}
+	if t.Failed() {
+		t.Logf("containerd log:\n%s", n.logTail())
+		t.Logf("keeping %s for inspection", n.dir)
+		return
+	}
+	// overlayfs/runc leftovers unmount with the mount namespace; remove the tree.
+	if err := os.RemoveAll(n.dir); err != nil {
+		t.Logf("failed to remove %s: %v", n.dir, err)
+	}
+}
+
+// removeCgroups removes the run's cgroup parent, deepest first, in every
+// mounted hierarchy; runc has removed the sandboxes' own cgroups.
+func (n *node) removeCgroups(t *testing.T) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + n.cgroupParent)
+	if _, err := os.Stat("/sys/fs/cgroup" + n.cgroupParent); err == nil {
+		roots = append(roots, "/sys/fs/cgroup"+n.cgroupParent) // cgroup v2
+	}
+	for _, root := range roots {
+		var dirs []string
+		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil {
+				t.Errorf("failed to remove cgroup %s: %v", dirs[i], err)
+			}
+		}
+	}
+}
+
+// processesMentioning lists the pids whose command line contains s.
+func processesMentioning(s string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// installCNI links the reference plugins into the node's bin dir and writes
+// the conflist.
+func (n *node) installCNI(t *testing.T, cniBin string, name string, conflist []byte) string {
+	t.Helper()
+	for _, p := range []string{"ptp", "host-local", "loopback", "tuning", "portmap", "bridge"} {
+		dst := filepath.Join(n.binDir, p)
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(cniBin, p), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(n.confDir, name)
+	if err := os.WriteFile(path, conflist, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sandboxConfig returns a pod's CRI sandbox config.
+func (n *node) sandboxConfig(namespace, name string, annotations map[string]string) *runtimeapi.PodSandboxConfig {
+	uid := fmt.Sprintf("%s-%s-uid", namespace, name)
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: namespace, Uid: uid, Attempt: 0},
+		Hostname:     name,
+		LogDirectory: filepath.Join(n.dir, "logs", uid),
+		Labels:       map[string]string{"app": name},
+		Annotations:  annotations,
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: n.cgroupParent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD},
+			},
+		},
+	}
+}
