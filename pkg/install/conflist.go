@@ -310,3 +310,16 @@ func ConvertConf(data []byte) ([]byte, error) {
 	top = append(top, member{key: "plugins", value: json.RawMessage("[" + string(plugin) + "]")})
 	return top.marshal()
 }
+
+// Entry returns the podwire entry of a conflist, if it has one.
+func Entry(data []byte) (entry json.RawMessage, ok bool, err error) {
+	cl, err := parseConflist(data)
+	if err != nil {
+		return nil, false, err
+	}
+	idx, err := cl.podwireIndex()
+	if err != nil || idx < 0 {
+		return nil, false, err
+	}
+	return cl.plugins[idx], true, nil
+}

@@ -1,0 +1,182 @@
+package install
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// NodeOptions names the node resources RemoveNode takes away; they come
+// from the podwire entry (defaults applied by config.Parse).
+type NodeOptions struct {
+	// StateDir is the attachment records' directory.
+	StateDir string
+	// Bridge is the node bridge; it is deleted only when marked as
+	// podwire's (alias vlanbridge.Alias) and no pod port is left on it.
+	Bridge string
+	// Uplink is the NIC podwire enslaved to the bridge as a trunk; it is
+	// released (never deleted) when the bridge goes.
+	Uplink string
+	// Force removes the node resources even while attachments are recorded
+	// (their pods lose source checks and egress SNAT at once).
+	Force bool
+}
+
+// NodeResult reports what RemoveNode removed.
+type NodeResult struct {
+	Tables   []string `json:"tables,omitempty"`
+	Bridge   string   `json:"bridge,omitempty"`
+	Uplink   string   `json:"uplink,omitempty"`
+	StateDir string   `json:"stateDir,omitempty"`
+	// Kept explains what was left in place and why.
+	Kept []string `json:"kept,omitempty"`
+}
+
+// RemoveNode removes podwire's node-wide resources in the current network
+// namespace: every nftables table whose name starts with nft.OwnerPrefix
+// (one batch; other tables are never touched), the node bridge if it is
+// ours and has no pod ports (an uplink we enslaved is released first), and
+// the state dir. It refuses while attachments are recorded, unless Force:
+// uninstalling under running pods is a decision for the operator. Missing
+// pieces are not errors, so a second run changes nothing.
+func RemoveNode(o NodeOptions) (*NodeResult, error) {
+	res := &NodeResult{}
+	if !o.Force {
+		if err := CheckNoAttachments(o.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	store := state.New(o.StateDir)
+
+	if _, err := os.Stat(o.StateDir); err == nil {
+		// Hold the node lock so that no ADD rebuilds a table under us.
+		unlock, err := store.Lock()
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("failed to open nftables netlink socket: %w", err)
+	}
+	tables, err := conn.ListTables()
+	if err != nil {
+		return nil, fmt.Errorf("failed to list nftables tables: %w", err)
+	}
+	for _, t := range tables {
+		if strings.HasPrefix(t.Name, nft.OwnerPrefix) {
+			id := nft.ID{Family: t.Family, Name: t.Name}
+			nft.Delete(conn, id)
+			res.Tables = append(res.Tables, id.String())
+		}
+	}
+	if len(res.Tables) > 0 {
+		if err := conn.Flush(); err != nil {
+			return nil, fmt.Errorf("failed to delete tables %s: %w", strings.Join(res.Tables, ", "), err)
+		}
+	}
+
+	if err := removeBridge(o.Bridge, o.Uplink, res); err != nil {
+		return nil, err
+	}
+
+	if o.StateDir != "" {
+		if _, err := os.Stat(o.StateDir); err == nil {
+			if err := os.RemoveAll(o.StateDir); err != nil {
+				return nil, fmt.Errorf("failed to remove state dir %q: %w", o.StateDir, err)
+			}
+			res.StateDir = o.StateDir
+		}
+	}
+	return res, nil
+}
+
+// CheckNoAttachments fails, naming the pods, when attachments are recorded
+// in stateDir (or the records cannot be read): removing the node resources
+// would take their source checks and egress SNAT away at once.
+func CheckNoAttachments(stateDir string) error {
+	recs, err := state.New(stateDir).List()
+	if err != nil {
+		return fmt.Errorf("failed to list attachments in %q (pass --force to remove anyway): %w", stateDir, err)
+	}
+	if len(recs) > 0 {
+		var pods []string
+		for _, r := range recs {
+			pods = append(pods, podName(r))
+		}
+		return fmt.Errorf("%d attachments still recorded in %q (%s): delete those pods first, or pass --force", len(recs), stateDir, strings.Join(pods, ", "))
+	}
+	return nil
+}
+
+// removeBridge deletes the node bridge when it is ours and only the uplink
+// (if any) is enslaved to it; the uplink is released first.
+func removeBridge(name, uplink string, res *NodeResult) error {
+	if name == "" {
+		return nil
+	}
+	br, err := netlink.LinkByName(name)
+	if err != nil {
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
+			return nil // gone already
+		}
+		return fmt.Errorf("failed to look up bridge %q: %w", name, err)
+	}
+	if br.Type() != "bridge" || br.Attrs().Alias != vlanbridge.Alias {
+		res.Kept = append(res.Kept, fmt.Sprintf("link %q: not a bridge podwire made (alias %q)", name, br.Attrs().Alias))
+		return nil
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("failed to list links: %w", err)
+	}
+	var uplinks, ports []netlink.Link
+	for _, l := range links {
+		if l.Attrs().MasterIndex != br.Attrs().Index {
+			continue
+		}
+		if uplink != "" && l.Attrs().Name == uplink {
+			uplinks = append(uplinks, l)
+		} else {
+			ports = append(ports, l)
+		}
+	}
+	if len(ports) > 0 {
+		var names []string
+		for _, p := range ports {
+			names = append(names, p.Attrs().Name)
+		}
+		res.Kept = append(res.Kept, fmt.Sprintf("bridge %q: ports left (%s)", name, strings.Join(names, ", ")))
+		return nil
+	}
+	for _, u := range uplinks {
+		if err := netlink.LinkSetNoMaster(u); err != nil {
+			return fmt.Errorf("failed to release uplink %q from bridge %q: %w", u.Attrs().Name, name, err)
+		}
+		res.Uplink = u.Attrs().Name
+	}
+	if err := netlink.LinkDel(br); err != nil {
+		return fmt.Errorf("failed to delete bridge %q: %w", name, err)
+	}
+	res.Bridge = name
+	return nil
+}
+
+// podName names an attachment for messages.
+func podName(r *state.Record) string {
+	if r.PodName != "" {
+		return r.PodNamespace + "/" + r.PodName
+	}
+	return filepath.Base(r.ContainerID)
+}
