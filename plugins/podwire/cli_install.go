@@ -223,4 +223,3 @@ func backupNote(backup string) string {
 	}
 	return " (previous content in " + backup + ")"
 }
-
