@@ -1,0 +1,288 @@
+package vm
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// vlanConf is the podwire config of the VLAN tests: bridge podwire0 with
+// uplink0 as trunk, VLANs 100-299 allowed.
+func vlanConf(extra map[string]any) map[string]any {
+	c := map[string]any{"bridge": "podwire0", "uplink": "uplink0", "allowedVLANs": "100-299"}
+	for k, v := range extra {
+		c[k] = v
+	}
+	return c
+}
+
+// addUplink makes the node's uplink: a veth name in the node netns whose
+// far end, eth0 in a new netns, stands for the switch port (a trunk).
+func addUplink(t *testing.T, n *node, name string) ns.NetNS {
+	t.Helper()
+	far := newNS(t)
+	addVeth(t, n.ns, name, far, "eth0")
+	return far
+}
+
+// addVLANIf adds an 802.1Q interface parent.vid with cidr in netns.
+func addVLANIf(t *testing.T, netns ns.NetNS, parent string, vid int, cidr string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s.%d", parent, vid)
+	err := netns.Do(func(ns.NetNS) error {
+		p, err := netlink.LinkByName(parent)
+		if err != nil {
+			return fmt.Errorf("failed to find %q: %w", parent, err)
+		}
+		v := &netlink.Vlan{LinkAttrs: netlink.LinkAttrs{Name: name, ParentIndex: p.Attrs().Index}, VlanId: vid}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("failed to add %q: %w", name, err)
+		}
+		return linkUp(name)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addAddr(t, netns, name, cidr)
+	return name
+}
+
+// uplinkVLANs is the tagged VLAN membership of the node's uplink0.
+func uplinkVLANs(t *testing.T, n *node) []uint16 {
+	t.Helper()
+	var v vlanbridge.PortVLANs
+	n.do(func() error {
+		l, err := netlink.LinkByName("uplink0")
+		if err != nil {
+			return err
+		}
+		v, err = vlanbridge.ListPortVLANs(l.Attrs().Index)
+		if err == nil && v.PVID != 0 {
+			err = fmt.Errorf("uplink0 has untagged VLAN %d", v.PVID)
+		}
+		return err
+	})
+	return v.Tagged
+}
+
+// TestVLANPodsThroughPlugin wires pods through ptp + podwire and proves the
+// VLAN model with packets: same-VLAN pods reach each other, a VLAN 200 pod
+// (in the same subnet) reaches neither, a trunk pod with 802.1Q
+// subinterfaces reaches both VLANs, and frames leave the uplink tagged: a
+// far end with only a VLAN 100 interface reaches the VLAN 100 pods.
+func TestVLANPodsThroughPlugin(t *testing.T) {
+	require(t, capVLANFiltering, capVLAN8021Q)
+	n := newNode(t, vlanConf(nil))
+	far := addUplink(t, n, "uplink0")
+	addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
+
+	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"})
+	b := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.2/24"})
+	c := n.mustAddPod(map[string]string{"podwire.io/vlan": "200", "podwire.io/vlan-ips": "192.0.2.3/24,198.51.100.3/24"})
+	tr := n.mustAddPod(map[string]string{"podwire.io/vlan-trunk": "100,200", "podwire.io/vlan-ifname": "trunk0"})
+	addVLANIf(t, tr.ns, "trunk0", 100, "192.0.2.4/24")
+	addVLANIf(t, tr.ns, "trunk0", 200, "198.51.100.4/24")
+
+	// The result names the pod interface with its sandbox and the static IP.
+	var podIf int = -1
+	for i, itf := range a.result.Interfaces {
+		if itf.Name == "net1" && itf.Sandbox == a.ns.Path() {
+			podIf = i
+		}
+	}
+	if podIf < 0 {
+		t.Fatalf("result has no net1 interface in the pod's sandbox: %+v", a.result.Interfaces)
+	}
+	found := false
+	for _, ip := range a.result.IPs {
+		if ip.Interface != nil && *ip.Interface == podIf && ip.Address.IP.Equal(net.ParseIP("192.0.2.1")) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("result lacks 192.0.2.1 on interface %d: %v", podIf, a.result.IPs)
+	}
+
+	mustPing(t, a.ns, "a to b on VLAN 100", "192.0.2.2")
+	mustPing(t, b.ns, "b to a on VLAN 100", "192.0.2.1")
+	mustNotPing(t, c.ns, "c on VLAN 200 to a on VLAN 100", "192.0.2.1")
+	mustNotPing(t, c.ns, "c on VLAN 200 to b on VLAN 100", "192.0.2.2")
+	mustPing(t, tr.ns, "trunk pod on VLAN 100 to a", "192.0.2.1")
+	mustPing(t, tr.ns, "trunk pod on VLAN 200 to c", "198.51.100.3")
+	mustPing(t, far, "far end of the uplink on VLAN 100 to a", "192.0.2.1")
+	mustPing(t, far, "far end of the uplink on VLAN 100 to b", "192.0.2.2")
+	mustNotPing(t, far, "far end of the uplink on VLAN 100 to c on VLAN 200", "192.0.2.3")
+
+	if err := tr.check(); err != nil {
+		t.Errorf("CHECK of the trunk pod through the chain: %v", err)
+	}
+	for name, p := range map[string]*pod{"a": a, "b": b, "c": c, "trunk": tr} {
+		if err := p.checkPodwire(); err != nil {
+			t.Errorf("CHECK of pod %s: %v", name, err)
+		}
+	}
+	// CHECK after tampering: the port loses its VLAN.
+	hostVeth := vlanbridge.HostVethName(a.rt.ContainerID, a.rt.IfName)
+	n.do(func() error {
+		l, err := netlink.LinkByName(hostVeth)
+		if err != nil {
+			return err
+		}
+		return netlink.BridgeVlanDel(l, 100, true, true, false, true)
+	})
+	if err := a.checkPodwire(); err == nil || !strings.Contains(err.Error(), hostVeth) {
+		t.Errorf("CHECK after VLAN 100 was removed from %s: got %v, want an error naming the port", hostVeth, err)
+	}
+	mustNotPing(t, a.ns, "a after its port lost VLAN 100", "192.0.2.2")
+	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 200}) {
+		t.Errorf("uplink0 carries %v, want [100 200]", got)
+	}
+	for _, p := range []*pod{a, b, c, tr} {
+		if err := p.del(); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		if err := p.del(); err != nil {
+			t.Fatalf("second DEL: %v", err)
+		}
+	}
+	if got := uplinkVLANs(t, n); len(got) != 0 {
+		t.Errorf("uplink0 still carries %v after every pod left", got)
+	}
+	if left := n.leftovers(); len(left) > 0 {
+		t.Errorf("left behind after DEL: %v", left)
+	}
+}
+
+// TestVLANRefusals: what the admin gates and the node forbid fails ADD with
+// CNI error 7, a message naming the culprit, and nothing left behind.
+func TestVLANRefusals(t *testing.T) {
+	require(t, capVLANFiltering)
+	for _, tc := range []struct {
+		name  string
+		conf  map[string]any
+		setup func(t *testing.T, n *node)
+		ann   map[string]string
+		want  string
+	}{
+		{name: "VLAN outside allowedVLANs", ann: map[string]string{"podwire.io/vlan": "300"}, want: "allowedVLANs"},
+		{name: "trunk VLAN outside allowedVLANs", ann: map[string]string{"podwire.io/vlan-trunk": "100,4000"}, want: "allowedVLANs"},
+		{name: "reversed trunk range", ann: map[string]string{"podwire.io/vlan-trunk": "200-100"}, want: "reversed"},
+		{name: "name clash with the primary interface", ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "eth0"}, want: `"eth0"`},
+		{name: "name clash in the pod", ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "lo"}, want: `"lo"`},
+		{
+			name: "uplink with a global address",
+			conf: map[string]any{"uplink": "uplink1"},
+			setup: func(t *testing.T, n *node) {
+				addUplink(t, n, "uplink1")
+				addAddr(t, n.ns, "uplink1", "203.0.113.1/24")
+			},
+			ann:  map[string]string{"podwire.io/vlan": "100"},
+			want: "global address",
+		},
+		{
+			name: "foreign bridge without VLAN filtering",
+			conf: map[string]any{"bridge": "brforeign"},
+			setup: func(t *testing.T, n *node) {
+				n.do(func() error {
+					return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "brforeign"}})
+				})
+			},
+			ann:  map[string]string{"podwire.io/vlan": "100"},
+			want: "brforeign",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, vlanConf(tc.conf))
+			addUplink(t, n, "uplink0")
+			if tc.setup != nil {
+				tc.setup(t, n)
+			}
+			_, err := n.addPod(tc.ann)
+			if err == nil {
+				t.Fatalf("%s: ADD succeeded, want a refusal", tc.name)
+			}
+			if cniCode(err) != 7 || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: got %v (code %d), want code 7 naming %s", tc.name, err, cniCode(err), tc.want)
+			}
+			if left := n.leftovers(); len(left) > 0 {
+				t.Errorf("%s: left behind: %v", tc.name, left)
+			}
+			n.do(func() error {
+				for _, name := range []string{"uplink0", "uplink1"} {
+					if l, err := netlink.LinkByName(name); err == nil && l.Attrs().MasterIndex != 0 {
+						return fmt.Errorf("%s: %s was enslaved by a refused ADD", tc.name, name)
+					}
+				}
+				if l, err := netlink.LinkByName("brforeign"); err == nil {
+					if br := l.(*netlink.Bridge); br.VlanFiltering != nil && *br.VlanFiltering {
+						return fmt.Errorf("%s: VLAN filtering of the foreign bridge was turned on", tc.name)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestUplinkVLANsExactUnderConcurrency adds and deletes pods sharing VLANs
+// concurrently: the uplink carries exactly the VLANs of the pods left.
+func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
+	require(t, capVLANFiltering)
+	n := newNode(t, vlanConf(nil))
+	addUplink(t, n, "uplink0")
+
+	const count = 8
+	pods := make([]*pod, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods[i], errs[i] = n.addPod(map[string]string{"podwire.io/vlan": fmt.Sprint(100 + i%3)})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent ADD of pod %d: %v\nlog:\n%s", i, err, n.log())
+		}
+	}
+	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101, 102}) {
+		t.Fatalf("after ADD uplink0 carries %v, want [100 101 102]", got)
+	}
+
+	// Pods 2 and 5 are VLAN 102's only users; 0, 3 (of 100) and 1 (of 101) go too.
+	for _, i := range []int{2, 5, 0, 3, 1} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = pods[i].del()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent DEL of pod %d: %v", i, err)
+		}
+	}
+	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101}) {
+		t.Fatalf("after DEL uplink0 carries %v, want [100 101]", got)
+	}
+	for _, i := range []int{4, 6, 7} {
+		if err := pods[i].del(); err != nil {
+			t.Fatalf("DEL of pod %d: %v", i, err)
+		}
+	}
+	if got := uplinkVLANs(t, n); len(got) != 0 {
+		t.Fatalf("after the last DEL uplink0 carries %v, want none", got)
+	}
+}
