@@ -98,6 +98,7 @@ func newNode(t *testing.T) *node {
 			{"net.ipv6.conf.all.forwarding", "1"},
 			{"net.ipv4.conf.all.rp_filter", "0"},
 			{"net.ipv4.conf.default.rp_filter", "0"},
+			{"net.ipv6.conf.default.accept_dad", "0"}, // test speed: no DAD wait
 		} {
 			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
 				return fmt.Errorf("node sysctl %s: %w", kv[0], err)
@@ -232,6 +233,14 @@ func (n *node) addPod(s podSpec) (*pod, error) {
 		n.t.Fatalf("failed to create pod netns: %v", err)
 	}
 	p := &pod{n: n, ns: podNS, list: n.conflist(s.version, s.podwire), rt: s.runtimeConf(podNS.Path())}
+	// Test speed only: no IPv6 duplicate address detection in the pod, so
+	// ptp does not wait a second for addresses to settle.
+	if err := podNS.Do(func(ns.NetNS) error {
+		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
+		return err
+	}); err != nil {
+		n.t.Fatal(err)
+	}
 	var res types.Result
 	err = n.ns.Do(func(ns.NetNS) error {
 		var err error
@@ -239,6 +248,9 @@ func (n *node) addPod(s podSpec) (*pod, error) {
 		return err
 	})
 	if err != nil {
+		// As a runtime does after a failed ADD: DEL, so that ptp and
+		// host-local release what they made.
+		_ = p.del()
 		p.closeNS()
 		return nil, err
 	}

@@ -1,0 +1,139 @@
+package state
+
+import (
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestStoreRoundTrip(t *testing.T) {
+	s := New(filepath.Join(t.TempDir(), "state"))
+	if recs, err := s.List(); err != nil || len(recs) != 0 {
+		t.Fatalf("List on a missing dir: %v %v", recs, err)
+	}
+	if r, err := s.Get("c", "eth0"); r != nil || err != nil {
+		t.Fatalf("Get missing: %v %v", r, err)
+	}
+	r := &Record{
+		ContainerID: "abc_1", IfName: "eth0", Netns: "/var/run/netns/x",
+		Addresses: []netip.Addr{netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("fd00::5")},
+		Routes:    []Route{{Dst: netip.MustParsePrefix("198.51.100.0/24"), Via: netip.MustParseAddr("10.244.1.5")}},
+		VLAN:      &VLANAttachment{HostVeth: "pw1234", PVID: 100, Tagged: []uint16{200}},
+	}
+	// Two attachments whose names would collide without escaping.
+	r2 := &Record{ContainerID: "abc", IfName: "1_eth0"}
+	for _, rec := range []*Record{r, r2} {
+		if err := s.Put(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Get("abc_1", "eth0")
+	if err != nil || got == nil {
+		t.Fatalf("Get: %v %v", got, err)
+	}
+	if got.Addresses[1] != r.Addresses[1] || got.Routes[0] != r.Routes[0] || got.VLAN.PVID != 100 || got.Version != RecordVersion {
+		t.Errorf("round trip lost data: %+v", got)
+	}
+	if vs := got.VLAN.VLANs(); len(vs) != 2 {
+		t.Errorf("VLANs() = %v", vs)
+	}
+	recs, err := s.List()
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("List: %d records, %v", len(recs), err)
+	}
+	st, _ := os.Stat(s.Dir)
+	if st.Mode().Perm() != DirMode {
+		t.Errorf("dir mode %o, want %o", st.Mode().Perm(), DirMode)
+	}
+	entries, _ := os.ReadDir(s.Dir)
+	for _, e := range entries {
+		info, _ := e.Info()
+		if info.Mode().Perm() != FileMode {
+			t.Errorf("%s mode %o, want %o", e.Name(), info.Mode().Perm(), FileMode)
+		}
+	}
+	for _, rec := range []*Record{r, r2} {
+		if err := s.Delete(rec.ContainerID, rec.IfName); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(rec.ContainerID, rec.IfName); err != nil {
+			t.Fatalf("second Delete: %v", err)
+		}
+	}
+	if recs, _ := s.List(); len(recs) != 0 {
+		t.Errorf("records left: %v", recs)
+	}
+}
+
+func TestListCarriesOnPastCorruptRecords(t *testing.T) {
+	s := New(t.TempDir())
+	if err := s.Put(&Record{ContainerID: "good", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "bad_eth0.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List()
+	if err == nil || len(recs) != 1 || recs[0].ContainerID != "good" {
+		t.Fatalf("List = %v, %v; want the good record and an error", recs, err)
+	}
+}
+
+// TestLockExcludes: the node lock serialises read-modify-write sections
+// across goroutines (flock is per open file description).
+func TestLockExcludes(t *testing.T) {
+	s := New(t.TempDir())
+	var mu sync.Mutex
+	inside, maxInside := 0, 0
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			unlock, err := s.Lock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			inside++
+			maxInside = max(maxInside, inside)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			inside--
+			mu.Unlock()
+			unlock()
+		}()
+	}
+	wg.Wait()
+	if maxInside != 1 {
+		t.Fatalf("%d holders of the node lock at once", maxInside)
+	}
+}
+
+func FuzzRecordDecode(f *testing.F) {
+	good, _ := json.Marshal(&Record{ContainerID: "c", IfName: "eth0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+	f.Add(good)
+	f.Add([]byte(`{"vlan":{"pvid":70000}}`))
+	f.Add([]byte(`{"addresses":["x"]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "c_eth0.json"), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := New(dir)
+		r, err := s.Get("c", "eth0")
+		if err == nil && r == nil {
+			t.Fatal("no record and no error for an existing file")
+		}
+		if err == nil {
+			_ = r.VLAN.VLANs()
+			_ = r.Key()
+		}
+	})
+}
