@@ -82,9 +82,15 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	require(t, capVLANFiltering, capVLAN8021Q)
 	n := newNode(t, vlanConf(nil))
 	far := addUplink(t, n, "uplink0")
-	addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
+	farIf := addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
+	addAddr(t, far, farIf, "2001:db8:100::100/64")
+	announcements := capturePackets(t, far, farIf)
 
-	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"})
+	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24,2001:db8:100::1/64"})
+	// The far end sees a's announcements on VLAN 100, before any traffic.
+	mustSee(t, announcements, "a's gratuitous ARP on the far end's VLAN 100", isGratuitousARP(net.ParseIP("192.0.2.1")))
+	mustSee(t, announcements, "a's unsolicited NA on the far end's VLAN 100", isNeighborAdvert(net.ParseIP("2001:db8:100::1")))
+
 	b := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.2/24"})
 	c := n.mustAddPod(map[string]string{"podwire.io/vlan": "200", "podwire.io/vlan-ips": "192.0.2.3/24,198.51.100.3/24"})
 	tr := n.mustAddPod(map[string]string{"podwire.io/vlan-trunk": "100,200", "podwire.io/vlan-ifname": "trunk0"})
@@ -119,6 +125,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	mustPing(t, tr.ns, "trunk pod on VLAN 200 to c", "198.51.100.3")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to a", "192.0.2.1")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to b", "192.0.2.2")
+	mustPing(t, far, "far end of the uplink on VLAN 100 to a over IPv6", "2001:db8:100::1")
 	mustNotPing(t, far, "far end of the uplink on VLAN 100 to c on VLAN 200", "192.0.2.3")
 
 	if err := tr.check(); err != nil {
