@@ -42,6 +42,8 @@ type tableOwner interface {
 // steps are podwire's concerns in ADD order.
 var steps = []step{
 	primaryStep{},
+	forwardingStep{},
+	sourceCheckStep{},
 }
 
 // attachment is one CNI invocation's working state.

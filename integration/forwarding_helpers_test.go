@@ -1,0 +1,174 @@
+package integration
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+)
+
+// backend is a netns behind the node (a server on another network), joined
+// to the node by a veth: node side "srv0" 192.0.2.1/24 and 2001:db8:5::1/64,
+// backend side 192.0.2.2 and 2001:db8:5::2 with default routes via the node.
+type backend struct {
+	ns     ns.NetNS
+	v4, v6 netip.Addr
+}
+
+func (n *node) newBackend() *backend {
+	n.t.Helper()
+	bns, err := testutils.NewNS()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(func() { bns.Close(); _ = testutils.UnmountNS(bns) })
+	b := &backend{ns: bns, v4: netip.MustParseAddr("192.0.2.2"), v6: netip.MustParseAddr("2001:db8:5::2")}
+	vethPair(n.t, n.ns, "srv0", bns, "eth0")
+	n.do(func() error {
+		return runAll([][]string{
+			{"ip", "addr", "add", "192.0.2.1/24", "dev", "srv0"},
+			{"ip", "-6", "addr", "add", "2001:db8:5::1/64", "dev", "srv0", "nodad"},
+			{"ip", "link", "set", "srv0", "up"},
+		})
+	})
+	doIn(n.t, bns, [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "addr", "add", "192.0.2.2/24", "dev", "eth0"},
+		{"ip", "-6", "addr", "add", "2001:db8:5::2/64", "dev", "eth0", "nodad"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "route", "add", "default", "via", "192.0.2.1"},
+		{"ip", "-6", "route", "add", "default", "via", "2001:db8:5::1"},
+	})
+	return b
+}
+
+// vethPair makes a veth between two netns: aName in a, bName in b (down).
+func vethPair(t *testing.T, a ns.NetNS, aName string, b ns.NetNS, bName string) {
+	t.Helper()
+	err := a.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{
+			LinkAttrs:     netlink.LinkAttrs{Name: aName},
+			PeerName:      bName,
+			PeerNamespace: netlink.NsFd(int(b.Fd())),
+		})
+	})
+	if err != nil {
+		t.Fatalf("veth %s/%s: %v", aName, bName, err)
+	}
+}
+
+// doIn runs commands inside netns (fatal on error).
+func doIn(t *testing.T, netns ns.NetNS, cmds [][]string) {
+	t.Helper()
+	if err := netns.Do(func(ns.NetNS) error { return runAll(cmds) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runAll(cmds [][]string) error {
+	for _, c := range cmds {
+		if err := run(c[0], c[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostIf is the pod's host-side veth, from ptp's result.
+func (p *pod) hostIf() string {
+	for _, i := range p.result.Interfaces {
+		if i.Sandbox == "" {
+			return i.Name
+		}
+	}
+	p.n.t.Fatalf("no host interface in %+v", p.result)
+	return ""
+}
+
+// addr returns the pod's primary address of the family of like.
+func (p *pod) addr(v6 bool) netip.Addr {
+	if v6 {
+		return p.v6
+	}
+	return p.v4
+}
+
+// nftConn is a google/nftables connection to the node netns.
+func (n *node) nftConn() *nftables.Conn {
+	n.t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Fd())))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return c
+}
+
+// setElements returns the elements of a set of "inet podwire", or nil when
+// the table is absent.
+func (n *node) setElements(set string) []nftables.SetElement {
+	n.t.Helper()
+	c := n.nftConn()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, t := range tables {
+		if t.Name == "podwire" {
+			s, err := c.GetSetByName(t, set)
+			if err != nil {
+				n.t.Fatalf("set %s: %v", set, err)
+			}
+			els, err := c.GetSetElements(s)
+			if err != nil {
+				n.t.Fatalf("elements of %s: %v", set, err)
+			}
+			return els
+		}
+	}
+	return nil
+}
+
+// podSetCount is the number of elements across podwire's source-check sets.
+func (n *node) podSetCount() int {
+	total := 0
+	for _, s := range []string{"checked", "pod-v4", "pod-v6", "allowed-v4", "allowed-v6"} {
+		total += len(n.setElements(s))
+	}
+	return total
+}
+
+// nodeRoutes lists the node's routes to dst (both families).
+func (n *node) nodeRoutes(dst netip.Prefix) []netlink.Route {
+	n.t.Helper()
+	var out []netlink.Route
+	n.do(func() error {
+		fam := netlink.FAMILY_V4
+		if dst.Addr().Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		rs, err := netlink.RouteList(nil, fam)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if r.Dst != nil && r.Dst.String() == dst.String() {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+func famName(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+var _ = fmt.Sprintf

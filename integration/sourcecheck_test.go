@@ -1,0 +1,60 @@
+package integration
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// spoofSetup gives an ordinary pod an extra address it does not own (v4 or
+// v6) and the node a route back to it through the pod, so that the kernel's
+// reverse-path filter would pass it: only podwire's check can drop it.
+func spoofSetup(t *testing.T, n *node, p *pod, v6 bool) netip.Addr {
+	t.Helper()
+	spoof := netip.MustParseAddr("10.99.0.5")
+	cmds := [][]string{{"ip", "addr", "add", "10.99.0.5/32", "dev", "eth0"}}
+	route := []string{"ip", "route", "add", "10.99.0.5/32", "via", p.v4.String(), "dev", p.hostIf()}
+	if v6 {
+		spoof = netip.MustParseAddr("fd99::5")
+		cmds = [][]string{{"ip", "-6", "addr", "add", "fd99::5/128", "dev", "eth0", "nodad"}}
+		route = []string{"ip", "-6", "route", "add", "fd99::5/128", "via", p.v6.String(), "dev", p.hostIf()}
+	}
+	doIn(t, p.ns, cmds)
+	n.do(func() error { return runAll([][]string{route}) })
+	return spoof
+}
+
+// TestSourceCheckDropsSpoof: an ordinary pod's own traffic passes the node,
+// traffic from an address it does not own is dropped even though the node
+// routes that address to the pod; with sourceCheck false the same spoof
+// passes, so the drop is podwire's.
+func TestSourceCheckDropsSpoof(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(famName(v6), func(t *testing.T) {
+			for _, check := range []bool{true, false} {
+				n := newNode(t)
+				be := n.newBackend()
+				srv := listenTCP(t, be.ns, "[::]:0")
+				dst := netip.AddrPortFrom(be.v4, srv.port())
+				if v6 {
+					dst = netip.AddrPortFrom(be.v6, srv.port())
+				}
+				p := n.mustAddPod(podSpec{podwire: map[string]any{"sourceCheck": check}})
+				if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.addr(v6), dst, time.Second) }); err != nil {
+					t.Fatalf("sourceCheck %v: pod's own traffic from %s: %v", check, p.addr(v6), err)
+				}
+				spoof := spoofSetup(t, n, p, v6)
+				err := dialTCP(p.ns, spoof, dst, time.Second)
+				if check && err == nil {
+					t.Fatalf("spoofed source %s passed the node with sourceCheck on", spoof)
+				}
+				if !check && err != nil {
+					t.Fatalf("spoofed source %s dropped with sourceCheck false (so not by podwire): %v", spoof, err)
+				}
+				if check && srv.sawPeer(spoof) {
+					t.Fatalf("server saw the spoofed source %s", spoof)
+				}
+			}
+		})
+	}
+}

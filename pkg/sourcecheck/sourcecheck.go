@@ -1,0 +1,152 @@
+// Package sourcecheck describes podwire's source-IP verification as
+// nftables data: table "inet podwire", one base chain at prerouting
+// (filter, priority raw, -300), and dynamic sets holding, per pod, its host
+// interface and the addresses it may send from.
+//
+// Why this shape: the per-packet cost must not grow with the number of pods,
+// so there is no rule per pod. A packet from an interface that is not in the
+// "checked" set (the node's uplinks, forwarding pods, interfaces of other
+// plugins) costs one lookup and is accepted. A packet from a checked
+// interface is accepted when "iifname . saddr" is in the pod set or in the
+// allowed-prefix interval set of its family; else it is dropped (counted).
+// IPv6 link-local (fe80::/10) and unspecified (::, DAD, RFC 4862 5.4) sources
+// stay allowed, since neighbour discovery needs them.
+//
+// Limits: only IPv4 and IPv6 are checked (ARP is not IP and never reaches an
+// inet chain); the check sits before conntrack (raw priority), so a spoofed
+// packet creates no conntrack entry.
+package sourcecheck
+
+import (
+	"net/netip"
+
+	"github.com/google/nftables"
+
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// Names of the table, its chain and sets.
+const (
+	tableName  = "podwire"
+	chainName  = "filter-prerouting"
+	setChecked = "checked"
+	setPodV4   = "pod-v4"
+	setPodV6   = "pod-v6"
+	setAllowV4 = "allowed-v4"
+	setAllowV6 = "allowed-v6"
+	// maxComment bounds an element comment (the kernel allows 256 bytes
+	// of userdata per element).
+	maxComment = 200
+)
+
+// ID is the table's identity, "inet podwire".
+var ID = nft.ID{Family: nftables.TableFamilyINet, Name: tableName}
+
+var (
+	keyV4 = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
+	keyV6 = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)
+)
+
+// Table describes "inet podwire": the sets and the static prerouting chain.
+func Table() *nft.Table {
+	return &nft.Table{
+		Family: nftables.TableFamilyINet,
+		Name:   tableName,
+		Sets: []nft.Set{
+			{Name: setChecked, KeyType: nftables.TypeIFName, Comment: "host interfaces of checked pods"},
+			{Name: setPodV4, KeyType: keyV4, Concatenation: true, Comment: "pod host interface . own IPv4 address"},
+			{Name: setPodV6, KeyType: keyV6, Concatenation: true, Comment: "pod host interface . own IPv6 address"},
+			{Name: setAllowV4, KeyType: keyV4, Concatenation: true, Interval: true, Comment: "pod host interface . allowed IPv4 prefix"},
+			{Name: setAllowV6, KeyType: keyV6, Concatenation: true, Interval: true, Comment: "pod host interface . allowed IPv6 prefix"},
+		},
+		Chains: []nft.Chain{{
+			Name:     chainName,
+			Type:     nftables.ChainTypeFilter,
+			Hook:     nftables.ChainHookPrerouting,
+			Priority: nftables.ChainPriorityRaw,
+			Policy:   policyAccept(),
+			Rules:    rules(),
+		}},
+	}
+}
+
+func policyAccept() *nftables.ChainPolicy {
+	p := nftables.ChainPolicyAccept
+	return &p
+}
+
+// Pod is what the source check knows of one attachment.
+type Pod struct {
+	// HostIfName is the node side of the pod's interface.
+	HostIfName string
+	// Addresses are the pod's own addresses.
+	Addresses []netip.Addr
+	// AllowedPrefixes are extra source prefixes
+	// (podwire.io/allowed-source-prefixes).
+	AllowedPrefixes []netip.Prefix
+	// Name names the pod in element comments ("namespace/name" or the
+	// container ID).
+	Name string
+}
+
+// Elements are the set elements of one checked pod: its interface in
+// "checked", one "ifname . addr" element per address, one interval per
+// allowed prefix (prefixes inside another one are left out: the kernel's
+// concatenated interval sets refuse overlaps).
+func Elements(p Pod) nft.Elements {
+	e := nft.Elements{}
+	if p.HostIfName == "" {
+		return e
+	}
+	comment := p.Name
+	if len(comment) > maxComment {
+		comment = comment[:maxComment]
+	}
+	ifKey := nft.IfNameKey(p.HostIfName)
+	e.Add(ID, setChecked, nftables.SetElement{Key: ifKey, Comment: comment})
+	for _, a := range p.Addresses {
+		set := setPodV4
+		if a = a.Unmap(); a.Is6() {
+			set = setPodV6
+		}
+		e.Add(ID, set, nftables.SetElement{Key: nft.Concat(ifKey, nft.AddrKey(a)), Comment: comment})
+	}
+	for _, pfx := range Outermost(p.AllowedPrefixes) {
+		first, last := nft.PrefixRange(pfx)
+		set := setAllowV4
+		if first.Is6() {
+			set = setAllowV6
+		}
+		e.Add(ID, set, nftables.SetElement{
+			Key:     nft.Concat(ifKey, nft.AddrKey(first)),
+			KeyEnd:  nft.Concat(ifKey, nft.AddrKey(last)),
+			Comment: comment,
+		})
+	}
+	return e
+}
+
+// Outermost returns the prefixes of ps (canonical, duplicates removed) that
+// lie inside no other prefix of ps, in their original order.
+func Outermost(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for i, p := range ps {
+		p = p.Masked()
+		inner := false
+		for j, q := range ps {
+			q = q.Masked()
+			if i == j || p.Addr().Is4() != q.Addr().Is4() || !q.Contains(p.Addr()) || q.Bits() > p.Bits() {
+				continue
+			}
+			// q contains p; keep the first of equal prefixes.
+			if q.Bits() < p.Bits() || j < i {
+				inner = true
+				break
+			}
+		}
+		if !inner {
+			out = append(out, p)
+		}
+	}
+	return out
+}
