@@ -51,8 +51,9 @@ demo: build tools
 bench: build tools
 	scripts/bench.sh
 
+FUZZTIME ?= 30s
 fuzz:
-	scripts/fuzz.sh
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
