@@ -91,11 +91,19 @@ func addAddr(t *testing.T, n ns.NetNS, ifname, cidr string) {
 // ping sends ICMP echo requests from n to dst every 200 ms until a reply
 // arrives or timeout passes. It returns nil on the first reply.
 func ping(n ns.NetNS, dst net.IP, timeout time.Duration) error {
+	return pingFrom(n, nil, dst, timeout)
+}
+
+// pingFrom is ping with the source address src (nil: the kernel's choice).
+func pingFrom(n ns.NetNS, src, dst net.IP, timeout time.Duration) error {
 	network, laddr, proto := "ip4:icmp", "0.0.0.0", 1
 	var reqType, replyType icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
 	if dst.To4() == nil {
 		network, laddr, proto = "ip6:ipv6-icmp", "::", 58
 		reqType, replyType = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
+	if src != nil {
+		laddr = src.String()
 	}
 	var c *icmp.PacketConn
 	// The socket belongs to the namespace it was made in, whichever thread uses it later.

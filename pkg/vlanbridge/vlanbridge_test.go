@@ -1,6 +1,7 @@
 package vlanbridge
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 )
@@ -34,5 +35,26 @@ func TestRuns(t *testing.T) {
 		if got := Runs(tc.in); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: Runs(%v) = %v, want %v", tc.name, tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestPortCheckElements(t *testing.T) {
+	ips := []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}
+	e := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, "default/pod")
+	sets := e[PortCheckID]
+	for set, want := range map[string]int{setPortChecked: 16, setPortMAC: 24, setPortV4: 20, setPortV6: 32} {
+		if len(sets[set]) != 1 {
+			t.Errorf("set %s has %d elements, want 1", set, len(sets[set]))
+			continue
+		}
+		if got := len(sets[set][0].Key); got != want {
+			t.Errorf("set %s key is %d bytes, want %d", set, got, want)
+		}
+	}
+	if e := PortCheckElements("pwv0123456789ab", "", nil, "x"); len(e[PortCheckID][setPortMAC]) != 0 || len(e[PortCheckID][setPortChecked]) != 1 {
+		t.Errorf("no MAC: got %v, want the checked element only", e)
+	}
+	if h1, h2 := PortCheckTable().Hash(), PortCheckTable().Hash(); h1 != h2 {
+		t.Errorf("table hash is not stable: %s != %s", h1, h2)
 	}
 }

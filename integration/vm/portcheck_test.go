@@ -1,0 +1,103 @@
+package vm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// isEchoRequestFrom matches an IPv4 ICMP echo request with source src.
+func isEchoRequestFrom(src net.IP) func([]byte) bool {
+	return func(f []byte) bool {
+		return len(f) >= 42 && binary.BigEndian.Uint16(f[12:]) == unix.ETH_P_IP &&
+			f[14+9] == unix.IPPROTO_ICMP && bytes.Equal(f[26:30], src.To4()) && f[34] == 8
+	}
+}
+
+// podMAC is the MAC of the pod's interface ifName from its CNI result.
+func podMAC(t *testing.T, p *pod, ifName string) net.HardwareAddr {
+	t.Helper()
+	for _, itf := range p.result.Interfaces {
+		if itf.Name == ifName && itf.Sandbox != "" {
+			mac, err := net.ParseMAC(itf.Mac)
+			if err != nil {
+				t.Fatalf("result MAC %q of %s: %v", itf.Mac, ifName, err)
+			}
+			return mac
+		}
+	}
+	t.Fatalf("result has no %s in a sandbox: %+v", ifName, p.result.Interfaces)
+	return nil
+}
+
+// spoofFrom makes the pod send from src: the address is added to net1 (as
+// a spoofing pod would) and a static neighbour entry for dst stands in for
+// ARP, so that only the spoofed IP packet is in play.
+func spoofFrom(t *testing.T, p *pod, src string, dst string, dstMAC net.HardwareAddr) {
+	t.Helper()
+	addAddr(t, p.ns, "net1", src+"/32")
+	err := p.ns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("net1")
+		if err != nil {
+			return err
+		}
+		return netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: net.ParseIP(dst), HardwareAddr: dstMAC})
+	})
+	if err != nil {
+		t.Fatalf("static neighbour %s: %v", dst, err)
+	}
+	_ = pingFrom(p.ns, net.ParseIP(src), net.ParseIP(dst), time.Second)
+}
+
+// TestVLANPortCheckSpoofing: on VLAN 100, an ordinary pod with static
+// addresses can send only from them (the bridge port check drops the rest),
+// a forwarding pod can send any source.
+func TestVLANPortCheckSpoofing(t *testing.T) {
+	require(t, capVLANFiltering)
+	n := newNode(t, vlanConf(map[string]any{"forwarding": map[string]any{"namespaces": []string{"default"}}}))
+	addUplink(t, n, "uplink0")
+	b := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.2/24"})
+	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"})
+	f := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.9/24",
+		"podwire.io/forwarding": "true"})
+
+	mustPing(t, a.ns, "ordinary pod from its own address", "192.0.2.2")
+	mustPing(t, f.ns, "forwarding pod from its own address", "192.0.2.2")
+	bMAC := podMAC(t, b, "net1")
+
+	seen := capturePackets(t, b.ns, "net1")
+	for i := range 3 {
+		spoofFrom(t, a, fmt.Sprintf("192.0.2.%d", 66+i), "192.0.2.2", bMAC)
+	}
+	for i := range 3 {
+		if seen.waitFor(time.Second, isEchoRequestFrom(net.IPv4(192, 0, 2, byte(66+i)))) {
+			t.Fatalf("b received an echo request from spoofed 192.0.2.%d of an ordinary pod", 66+i)
+		}
+	}
+	spoofFrom(t, f, "192.0.2.77", "192.0.2.2", bMAC)
+	mustSee(t, seen, "the forwarding pod's packet from 192.0.2.77", isEchoRequestFrom(net.ParseIP("192.0.2.77")))
+
+	// A forged source MAC with the pod's own address is dropped too.
+	err := a.ns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("net1")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetHardwareAddr(l, net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x66})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustNotPing(t, a.ns, "ordinary pod with a forged MAC", "192.0.2.2")
+	if err := a.checkPodwire(); err != nil {
+		t.Logf("CHECK after the MAC change: %v", err)
+	}
+}
