@@ -42,8 +42,10 @@ type tableOwner interface {
 // steps are podwire's concerns in ADD order.
 var steps = []step{
 	primaryStep{},
+	vlanStep{},
 	forwardingStep{},
 	sourceCheckStep{},
+	neighStep{},
 }
 
 // attachment is one CNI invocation's working state.
