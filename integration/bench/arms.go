@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+// arm is one chain measured: ptp + host-local, then the chained plugins of
+// the arm, bound to a node (its ipam, cache and state directories).
+type arm struct {
+	key   string // "A".."G"
+	label string
+	// extra builds the plugins after ptp for node n.
+	extra       func(n *node) []any
+	forwarding  bool              // pods in an allowed forwarding namespace
+	annotations map[string]string // sent as the runtime capability
+	portmap     bool              // send one port mapping per pod
+	podwire     bool
+	subnet      int // second octet of the pod IPv4 pool, also the IPv6 pool
+	list        *libcni.NetworkConfigList
+	node        *node
+}
+
+// podwireEntry is podwire's conflist entry on node n: source check on,
+// forwarding allowed in nf-*, and the node tables (Azure probe SNAT on the
+// default-route uplink, egress IPs assigned to the uplink).
+func podwireEntry(n *node, extra map[string]any) map[string]any {
+	e := map[string]any{
+		"type":         "podwire",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+		"stateDir":     n.stateDir,
+		"logFile":      filepath.Join(n.dir, "podwire.log"),
+		"sourceCheck":  true,
+		"forwarding":   map[string]any{"namespaces": []string{"nf-*"}},
+		"probeSNAT":    map[string]any{"preset": "azure"},
+		"egress": map[string]any{
+			"ips":         []string{egressV4, egressV6},
+			"exceptCIDRs": []string{"10.0.0.0/8", "fd00::/8"},
+		},
+	}
+	for k, v := range extra {
+		e[k] = v
+	}
+	return e
+}
+
+// armKinds are the arms of the latency comparison (G only where the kernel
+// has bridge VLAN filtering).
+var armKinds = []string{"A", "B", "C", "D", "E", "F", "G"}
+
+// newArm returns arm kind bound to node n, with its conflist.
+func newArm(kind string, n *node, subnet int) (*arm, error) {
+	a := &arm{key: kind, subnet: subnet, node: n, extra: func(*node) []any { return nil }}
+	switch kind {
+	case "A":
+		a.label = "ptp + host-local"
+	case "B":
+		a.label = "A + passthrough (floor)"
+		a.extra = func(*node) []any { return []any{map[string]any{"type": "passthrough"}} }
+	case "C":
+		a.label = "A + tuning (one sysctl)"
+		a.extra = func(*node) []any {
+			return []any{map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}}
+		}
+	case "D":
+		a.label = "A + portmap (nftables, one mapping)"
+		a.portmap = true
+		a.extra = func(*node) []any {
+			return []any{map[string]any{"type": "portmap", "backend": "nftables", "capabilities": map[string]bool{"portMappings": true}}}
+		}
+	case "E":
+		a.label = "A + podwire, ordinary pod"
+		a.podwire = true
+		a.extra = func(n *node) []any { return []any{podwireEntry(n, nil)} }
+	case "F":
+		a.label = "A + podwire, forwarding pod"
+		a.podwire, a.forwarding = true, true
+		a.annotations = map[string]string{"podwire.io/forwarding": "true"}
+		a.extra = func(n *node) []any { return []any{podwireEntry(n, nil)} }
+	case "G":
+		a.label = "A + podwire, VLAN 100 access port"
+		a.podwire = true
+		a.annotations = map[string]string{"podwire.io/vlan": "100"}
+		a.extra = func(n *node) []any { return []any{podwireEntry(n, map[string]any{"allowedVLANs": "100"})} }
+	default:
+		return nil, fmt.Errorf("unknown arm %q", kind)
+	}
+	list := map[string]any{
+		"cniVersion": "1.1.0",
+		"name":       "bench-" + kind,
+		"plugins": append([]any{map[string]any{
+			"type": "ptp",
+			"mtu":  1500,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"dataDir": filepath.Join(n.dir, "ipam"),
+				"ranges": []any{
+					[]any{map[string]string{"subnet": fmt.Sprintf("10.%d.0.0/16", subnet)}},
+					[]any{map[string]string{"subnet": fmt.Sprintf("fd00:%d::/64", subnet)}},
+				},
+				"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
+			},
+		}}, a.extra(n)...),
+	}
+	l, err := libcni.ConfListFromBytes(mustJSON(list))
+	if err != nil {
+		return nil, fmt.Errorf("conflist of arm %s: %w", kind, err)
+	}
+	a.list = l
+	return a, nil
+}

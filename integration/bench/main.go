@@ -1,0 +1,203 @@
+// Command bench measures podwire's cost against the reference CNI plugins and
+// a do-nothing chained plugin (the floor), through libcni, in network
+// namespaces of its own (never the host's), and writes docs/benchmarks.md.
+//
+// It is run by scripts/bench.sh (`make bench`), as root; `make test` never
+// runs it. Numbers are whatever the run gives: nothing here asserts them.
+//
+// Every comparison is interleaved round-robin (each round runs every arm
+// once, starting from a different arm), so that the noise of a shared
+// machine falls on every arm alike.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+func init() {
+	// Namespace switches are per OS thread.
+	runtime.LockOSThread()
+}
+
+type options struct {
+	rounds     int
+	warmup     int
+	levels     []int
+	ppsSeconds float64
+	ppsBursts  int
+	out        string
+	strace     bool
+	rev        string
+}
+
+// bench holds the run's setup and results.
+type bench struct {
+	opt        options
+	podwireBin string
+	cniBin     string
+	benchBin   string
+	binDirs    []string
+	workDir    string // on disk: libcni cache, host-local leases
+	stateRoot  string // on tmpfs: podwire state, as /run/podwire on a node
+	nodes      []*node
+	progress   func(format string, a ...any)
+
+	r report
+}
+
+func main() {
+	var o options
+	var levels string
+	flag.IntVar(&o.rounds, "n", 30, "measured rounds per comparison (pods per arm)")
+	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured rounds first")
+	flag.StringVar(&levels, "levels", "0,100,1000", "existing podwire pods for the scaling runs")
+	flag.Float64Var(&o.ppsSeconds, "pps-seconds", 2, "seconds per UDP burst")
+	flag.IntVar(&o.ppsBursts, "pps-bursts", 3, "UDP bursts per arm")
+	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "report to write")
+	flag.BoolVar(&o.strace, "strace", false, "also profile one podwire ADD/DEL per scaling level with strace -c -f")
+	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
+	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
+	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")
+	benchBin := flag.String("bench-bin", ".cache/bench-bin", "dir holding the passthrough plugin")
+	flag.Parse()
+	for _, f := range strings.Split(levels, ",") {
+		l, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || l < 0 {
+			fatal(fmt.Errorf("bad -levels %q", levels))
+		}
+		o.levels = append(o.levels, l)
+	}
+	if os.Geteuid() != 0 {
+		fatal(fmt.Errorf("bench needs root (network namespaces, nftables)"))
+	}
+	b := &bench{opt: o, progress: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(f, a...))
+	}}
+	var err error
+	for _, p := range []*string{podwire, cniBin, benchBin} {
+		if *p, err = filepath.Abs(*p); err != nil {
+			fatal(err)
+		}
+	}
+	b.podwireBin, b.cniBin, b.benchBin = *podwire, *cniBin, *benchBin
+	b.binDirs = []string{filepath.Dir(b.podwireBin), b.cniBin, b.benchBin}
+	for _, p := range []string{b.podwireBin, filepath.Join(b.cniBin, "ptp"), filepath.Join(b.cniBin, "host-local"),
+		filepath.Join(b.cniBin, "tuning"), filepath.Join(b.cniBin, "portmap"), filepath.Join(b.benchBin, "passthrough")} {
+		if _, err := os.Stat(p); err != nil {
+			fatal(fmt.Errorf("missing %s: run `make bench`", p))
+		}
+	}
+	if b.workDir, err = os.MkdirTemp("", "podwire-bench-"); err != nil {
+		fatal(err)
+	}
+	// podwire's state lives on tmpfs on a real node (/run/podwire); /run
+	// is on disk here, so use /dev/shm when it is a tmpfs.
+	shmRoot := "/dev/shm"
+	if _, err := os.Stat(shmRoot); err != nil {
+		shmRoot = ""
+	}
+	if b.stateRoot, err = os.MkdirTemp(shmRoot, "podwire-bench-state-"); err != nil {
+		fatal(err)
+	}
+	err = b.run()
+	b.cleanup()
+	if err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	os.Exit(1)
+}
+
+func (b *bench) cleanup() {
+	b.progress("removing %d node netns and their pods", len(b.nodes))
+	for _, n := range b.nodes {
+		n.close()
+	}
+	_ = os.RemoveAll(b.workDir)
+	_ = os.RemoveAll(b.stateRoot)
+}
+
+func (b *bench) run() error {
+	start := time.Now()
+	b.r.machine = describeMachine(b)
+	b.r.sizes = binarySizes(b)
+	b.r.vlanOK, b.r.vlanReason = probeVLANFiltering()
+	b.progress("latency arms (%d rounds + %d warm-up)", b.opt.rounds, b.opt.warmup)
+	if err := b.latency(); err != nil {
+		return err
+	}
+	b.progress("podwire and passthrough run directly (time, peak RSS)")
+	if err := b.direct(); err != nil {
+		return err
+	}
+	b.progress("scaling at %v existing podwire pods", b.opt.levels)
+	if err := b.scaling(); err != nil {
+		return err
+	}
+	b.progress("UDP throughput through the source check")
+	if err := b.throughput(); err != nil {
+		return err
+	}
+	b.r.duration = time.Since(start)
+	b.r.loadEnd = loadavg()
+	if err := os.MkdirAll(filepath.Dir(b.opt.out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(b.opt.out, []byte(b.r.markdown(b)), 0o644); err != nil {
+		return err
+	}
+	b.progress("wrote %s in %s", b.opt.out, b.r.duration.Round(time.Second))
+	return nil
+}
+
+// probeVLANFiltering reports whether a bridge with VLAN filtering can be
+// made (in a throwaway netns).
+func probeVLANFiltering() (bool, string) {
+	t, err := testutils.NewNS()
+	if err != nil {
+		return false, err.Error()
+	}
+	defer func() { t.Close(); _ = testutils.UnmountNS(t) }()
+	err = t.Do(func(ns.NetNS) error {
+		on := true
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, VlanFiltering: &on}); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("probe0")
+		if err != nil {
+			return err
+		}
+		if br, ok := l.(*netlink.Bridge); !ok || br.VlanFiltering == nil || !*br.VlanFiltering {
+			return fmt.Errorf("the bridge was made without VLAN filtering")
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Sprintf("this kernel (%s) cannot make a bridge with VLAN filtering: %v", kernel(), err)
+	}
+	return true, ""
+}
+
+// runCmd returns a command's trimmed output, or "" when it fails.
+func runCmd(name string, args ...string) string {
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}

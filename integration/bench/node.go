@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+	"github.com/vishvananda/netlink"
+)
+
+// Addresses of the simulated node's uplink: "eth0" holding the
+// default routes (the probe SNAT uplink) and the egress IPs.
+const (
+	uplinkName = "eth0"
+	egressV4   = "203.0.113.10"
+	egressV6   = "2001:db8::10"
+)
+
+// node is a simulated Kubernetes node: a netns of its own with forwarding
+// on, an uplink with default routes, and a directory for libcni's cache,
+// host-local's leases and podwire's state and log.
+type node struct {
+	name     string
+	ns       ns.NetNS
+	dir      string // on disk, like /var/lib/cni
+	stateDir string // on tmpfs, like /run/podwire
+	cni      *libcni.CNIConfig
+	pods     []*pod // pods kept (existing pods of the scaling runs)
+}
+
+// newNode makes a node netns named name.
+func (b *bench) newNode(name string) (*node, error) {
+	nodeNS, err := testutils.NewNS()
+	if err != nil {
+		return nil, fmt.Errorf("failed to create node netns: %w", err)
+	}
+	n := &node{name: name, ns: nodeNS, dir: filepath.Join(b.workDir, name), stateDir: filepath.Join(b.stateRoot, name)}
+	b.nodes = append(b.nodes, n)
+	if err := os.MkdirAll(n.dir, 0o700); err != nil {
+		return nil, err
+	}
+	n.cni = libcni.NewCNIConfigWithCacheDir(b.binDirs, filepath.Join(n.dir, "cache"), nil)
+	err = n.ns.Do(func(ns.NetNS) error {
+		for _, kv := range [][2]string{
+			{"net.ipv4.ip_forward", "1"},
+			{"net.ipv6.conf.all.forwarding", "1"},
+			{"net.ipv4.conf.all.rp_filter", "0"},
+			{"net.ipv4.conf.default.rp_filter", "0"},
+			{"net.ipv6.conf.default.accept_dad", "0"},
+		} {
+			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
+				return fmt.Errorf("node sysctl %s: %w", kv[0], err)
+			}
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		// A veth pair stands for the NIC (this kernel may lack the dummy
+		// driver); its peer is up so that the uplink has a carrier.
+		up := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: uplinkName}, PeerName: uplinkName + "-peer"}
+		if err := netlink.LinkAdd(up); err != nil {
+			return fmt.Errorf("uplink: %w", err)
+		}
+		peer, err := netlink.LinkByName(uplinkName + "-peer")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(peer); err != nil {
+			return err
+		}
+		for _, a := range []string{"192.0.2.1/24", "2001:db8:1::1/64", egressV4 + "/32", egressV6 + "/128"} {
+			addr, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			if err := netlink.AddrAdd(up, addr); err != nil {
+				return fmt.Errorf("uplink address %s: %w", a, err)
+			}
+		}
+		if err := netlink.LinkSetUp(up); err != nil {
+			return err
+		}
+		for _, gw := range []string{"192.0.2.254", "2001:db8:1::fe"} {
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up.Attrs().Index, Gw: net.ParseIP(gw)}); err != nil {
+				return fmt.Errorf("default route via %s: %w", gw, err)
+			}
+		}
+		return nil
+	})
+	return n, err
+}
+
+// close removes the node netns and every pod netns it kept; the kernel
+// removes their links, routes and tables with them.
+func (n *node) close() {
+	for _, p := range n.pods {
+		p.closeNS()
+	}
+	n.pods = nil
+	if n.ns != nil {
+		n.ns.Close()
+		_ = testutils.UnmountNS(n.ns)
+		n.ns = nil
+	}
+}
+
+// pod is one pod sandbox attached through one arm's conflist.
+type pod struct {
+	ns     ns.NetNS
+	list   *libcni.NetworkConfigList
+	rt     *libcni.RuntimeConf
+	result *current.Result
+}
+
+func (p *pod) closeNS() {
+	if p.ns != nil {
+		p.ns.Close()
+		_ = testutils.UnmountNS(p.ns)
+		p.ns = nil
+	}
+}
+
+// newPod makes a pod netns with IPv6 DAD off (so ptp does not wait for the
+// addresses to settle) and the runtime config a CRI runtime would send.
+func newPod(a *arm, seq int) (*pod, error) {
+	podNS, err := testutils.NewNS()
+	if err != nil {
+		return nil, fmt.Errorf("failed to create pod netns: %w", err)
+	}
+	if err := podNS.Do(func(ns.NetNS) error {
+		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
+		return err
+	}); err != nil {
+		podNS.Close()
+		_ = testutils.UnmountNS(podNS)
+		return nil, err
+	}
+	namespace := "default"
+	if a.forwarding {
+		namespace = "nf-bench"
+	}
+	rt := &libcni.RuntimeConf{
+		ContainerID: randHex(32),
+		NetNS:       podNS.Path(),
+		IfName:      "eth0",
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", namespace},
+			{"K8S_POD_NAME", fmt.Sprintf("bench-%s-%d", a.key, seq)},
+			{"K8S_POD_INFRA_CONTAINER_ID", "x"},
+			{"K8S_POD_UID", randHex(8)},
+		},
+		CapabilityArgs: map[string]any{},
+	}
+	var ann any // null: a pod without annotations, as containerd sends it
+	if len(a.annotations) > 0 {
+		ann = a.annotations
+	}
+	rt.CapabilityArgs["io.kubernetes.cri.pod-annotations"] = ann
+	if a.portmap {
+		rt.CapabilityArgs["portMappings"] = []map[string]any{
+			{"hostPort": 20000 + seq%40000, "containerPort": 80, "protocol": "tcp"},
+		}
+	}
+	return &pod{ns: podNS, list: a.list, rt: rt}, nil
+}
+
+// add runs ADD through the chain in the node netns and returns its latency.
+func (n *node) add(p *pod) (time.Duration, error) {
+	var res types.Result
+	var d time.Duration
+	err := n.ns.Do(func(ns.NetNS) error {
+		t0 := time.Now()
+		var err error
+		res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
+		d = time.Since(t0)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("ADD %s on %s: %w", p.list.Name, n.name, err)
+	}
+	if p.result, err = current.NewResultFromResult(res); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// del runs DEL through the chain (libcni sends the cached prevResult).
+func (n *node) del(p *pod) (time.Duration, error) {
+	var d time.Duration
+	err := n.ns.Do(func(ns.NetNS) error {
+		t0 := time.Now()
+		err := n.cni.DelNetworkList(context.Background(), p.list, p.rt)
+		d = time.Since(t0)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("DEL %s on %s: %w", p.list.Name, n.name, err)
+	}
+	return d, nil
+}
+
+// addDel makes a pod, times its ADD and DEL and removes its netns.
+func (n *node) addDel(a *arm, seq int) (add, del time.Duration, err error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer p.closeNS()
+	if add, err = n.add(p); err != nil {
+		_, _ = n.del(p)
+		return 0, 0, err
+	}
+	if del, err = n.del(p); err != nil {
+		return 0, 0, err
+	}
+	return add, del, nil
+}
+
+// keep makes a pod through arm a and keeps it (an existing pod).
+func (n *node) keep(a *arm, seq int) (time.Duration, *pod, error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return 0, nil, err
+	}
+	d, err := n.add(p)
+	if err != nil {
+		_, _ = n.del(p)
+		p.closeNS()
+		return 0, nil, err
+	}
+	n.pods = append(n.pods, p)
+	return d, p, nil
+}
+
+func randHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// mustJSON marshals v (a literal of ours: cannot fail).
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// opStats are the ADD and DEL latencies of one arm.
+type opStats struct {
+	add, del samples
+}
+
+// latency compares the arms A..G, each on a node of its own, round-robin:
+// every round makes one pod per arm (ADD then DEL), starting from a
+// different arm each round.
+func (b *bench) latency() error {
+	var arms []*arm
+	for i, k := range armKinds {
+		if k == "G" && !b.r.vlanOK {
+			continue
+		}
+		n, err := b.newNode("lat-" + k)
+		if err != nil {
+			return err
+		}
+		a, err := newArm(k, n, 100+i)
+		if err != nil {
+			return err
+		}
+		arms = append(arms, a)
+	}
+	b.r.arms = arms
+	b.r.lat = map[string]*opStats{}
+	for _, a := range arms {
+		b.r.lat[a.key] = &opStats{}
+	}
+	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		for _, a := range rotate(arms, r) {
+			add, del, err := a.node.addDel(a, r+b.opt.warmup)
+			if err != nil {
+				return err
+			}
+			if r >= 0 {
+				s := b.r.lat[a.key]
+				s.add, s.del = append(s.add, add), append(s.del, del)
+			}
+		}
+	}
+	for _, a := range arms {
+		if a.key == "E" {
+			ts, err := a.node.podwireTables()
+			if err != nil {
+				return err
+			}
+			b.r.tablesE = ts
+		}
+	}
+	return nil
+}
+
+// directStats are the plugin-alone figures of one binary.
+type directStats struct {
+	add, del       samples
+	rssAdd, rssDel []int64 // KiB
+}
+
+// direct runs podwire and the passthrough floor themselves (no libcni, no
+// ptp in the timing), round-robin, on pods made by ptp: wall time of the
+// process and its peak RSS (wait4's ru_maxrss).
+func (b *bench) direct() error {
+	n, err := b.newNode("direct")
+	if err != nil {
+		return err
+	}
+	a, err := newArm("A", n, 150)
+	if err != nil {
+		return err
+	}
+	plugins := []struct {
+		name, bin string
+		entry     map[string]any
+	}{
+		{"podwire", b.podwireBin, podwireEntry(n, nil)},
+		{"passthrough", filepath.Join(b.benchBin, "passthrough"), map[string]any{"type": "passthrough"}},
+		{"tuning", filepath.Join(b.cniBin, "tuning"), map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}},
+	}
+	b.r.direct = map[string]*directStats{}
+	for _, p := range plugins {
+		b.r.directOrder = append(b.r.directOrder, p.name)
+		b.r.direct[p.name] = &directStats{}
+	}
+	cniPath := strings.Join(b.binDirs, ":")
+	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		for _, pl := range rotate(plugins, r) {
+			p, err := newPod(a, r)
+			if err != nil {
+				return err
+			}
+			if _, err := n.add(p); err != nil {
+				p.closeNS()
+				return err
+			}
+			ai, err := n.execPlugin(pl.bin, "ADD", p, pl.entry, cniPath, nil)
+			if err != nil {
+				p.closeNS()
+				return err
+			}
+			di, err := n.execPlugin(pl.bin, "DEL", p, pl.entry, cniPath, nil)
+			if err != nil {
+				p.closeNS()
+				return err
+			}
+			if _, err := n.del(p); err != nil {
+				p.closeNS()
+				return err
+			}
+			p.closeNS()
+			if r >= 0 {
+				s := b.r.direct[pl.name]
+				s.add, s.del = append(s.add, ai.dur), append(s.del, di.dur)
+				s.rssAdd, s.rssDel = append(s.rssAdd, ai.maxRSS), append(s.rssDel, di.maxRSS)
+			}
+		}
+	}
+	return nil
+}
+
+// levelStats are one scaling level's figures.
+type levelStats struct {
+	existing  int
+	a         opStats // ptp + host-local alone, on the same node
+	e         opStats // the podwire chain, steady state
+	first     opStats // the podwire chain, tables deleted before ADD
+	pwAdd     samples // podwire run directly, steady state
+	pwDel     samples
+	straceAdd string
+	straceDel string
+}
+
+// scaling builds one node per level with that many existing podwire pods
+// (made through the real chain) and measures, round-robin over the nodes:
+// ptp alone, the podwire chain, the podwire chain after its tables were
+// deleted (first invocation), and podwire run directly.
+func (b *bench) scaling() error {
+	type lvl struct {
+		n     *node
+		a, e  *arm
+		stats *levelStats
+	}
+	var lv []*lvl
+	for i, l := range b.opt.levels {
+		n, err := b.newNode(fmt.Sprintf("scale-%d", l))
+		if err != nil {
+			return err
+		}
+		a, err := newArm("A", n, 60+i)
+		if err != nil {
+			return err
+		}
+		e, err := newArm("E", n, 70+i)
+		if err != nil {
+			return err
+		}
+		lv = append(lv, &lvl{n: n, a: a, e: e, stats: &levelStats{existing: l}})
+	}
+	// Existing pods, through the chain; the ADD latency of the biggest
+	// level as it grows is a figure of its own.
+	for _, l := range lv {
+		t0 := time.Now()
+		var curve samples
+		for i := 0; i < l.stats.existing; i++ {
+			d, _, err := l.n.keep(l.e, i)
+			if err != nil {
+				return fmt.Errorf("existing pod %d on %s: %w", i, l.n.name, err)
+			}
+			curve = append(curve, d)
+			if (i+1)%250 == 0 {
+				b.progress("%s: %d existing pods", l.n.name, i+1)
+			}
+		}
+		if l.stats.existing > 0 {
+			b.progress("%s: %d existing pods in %s", l.n.name, l.stats.existing, time.Since(t0).Round(time.Second))
+		}
+		if len(curve) >= len(b.r.growth) {
+			b.r.growth = curve
+		}
+	}
+	cniPath := strings.Join(b.binDirs, ":")
+	ops := []string{"A", "E", "first", "direct"}
+	seq := 100000
+	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		for _, l := range rotate(lv, r) {
+			for _, op := range rotate(ops, r) {
+				seq++
+				var add, del time.Duration
+				var err error
+				switch op {
+				case "A":
+					add, del, err = l.n.addDel(l.a, seq)
+				case "E":
+					add, del, err = l.n.addDel(l.e, seq)
+				case "first":
+					if err = l.n.deletePodwireTables(); err == nil {
+						add, del, err = l.n.addDel(l.e, seq)
+					}
+				case "direct":
+					add, del, err = l.n.directPodwire(b, l.a, seq, cniPath, nil)
+				}
+				if err != nil {
+					return err
+				}
+				if r < 0 {
+					continue
+				}
+				s := l.stats
+				switch op {
+				case "A":
+					s.a.add, s.a.del = append(s.a.add, add), append(s.a.del, del)
+				case "E":
+					s.e.add, s.e.del = append(s.e.add, add), append(s.e.del, del)
+				case "first":
+					s.first.add, s.first.del = append(s.first.add, add), append(s.first.del, del)
+				case "direct":
+					s.pwAdd, s.pwDel = append(s.pwAdd, add), append(s.pwDel, del)
+				}
+			}
+		}
+	}
+	for _, l := range lv {
+		if b.opt.strace {
+			if err := l.n.stracePodwire(b, l.a, l.stats, cniPath); err != nil {
+				return err
+			}
+		}
+		b.r.levels = append(b.r.levels, l.stats)
+	}
+	b.r.scaleNodes = nil
+	for _, l := range lv {
+		b.r.scaleNodes = append(b.r.scaleNodes, l.n)
+	}
+	return nil
+}
+
+// directPodwire makes a pod with ptp (untimed) and times podwire's ADD and
+// DEL run directly with ptp's result as prevResult.
+func (n *node) directPodwire(b *bench, a *arm, seq int, cniPath string, wrap []string) (add, del time.Duration, err error) {
+	ai, di, err := n.directPodwireInv(b, a, seq, cniPath, wrap)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ai.dur, di.dur, nil
+}
+
+func (n *node) directPodwireInv(b *bench, a *arm, seq int, cniPath string, wrap []string) (ai, di *invocation, err error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.closeNS()
+	if _, err := n.add(p); err != nil {
+		return nil, nil, err
+	}
+	entry := podwireEntry(n, nil)
+	if ai, err = n.execPlugin(b.podwireBin, "ADD", p, entry, cniPath, wrap); err == nil {
+		di, err = n.execPlugin(b.podwireBin, "DEL", p, entry, cniPath, wrap)
+	}
+	if _, derr := n.del(p); err == nil {
+		err = derr
+	}
+	return ai, di, err
+}
+
+// stracePodwire runs one podwire ADD and DEL under strace -c -f and keeps
+// the syscall summaries.
+func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) error {
+	dir, err := os.MkdirTemp(b.workDir, "strace-")
+	if err != nil {
+		return err
+	}
+	p, err := newPod(a, 999999)
+	if err != nil {
+		return err
+	}
+	defer p.closeNS()
+	if _, err := n.add(p); err != nil {
+		return err
+	}
+	entry := podwireEntry(n, nil)
+	for _, verb := range []string{"ADD", "DEL"} {
+		out := filepath.Join(dir, verb)
+		if _, err := n.execPlugin(b.podwireBin, verb, p, entry, cniPath, []string{"strace", "-f", "-c", "-S", "calls", "-o", out}); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			return err
+		}
+		if verb == "ADD" {
+			s.straceAdd = string(data)
+		} else {
+			s.straceDel = string(data)
+		}
+	}
+	_, err = n.del(p)
+	return err
+}
+
+// ppsArm is one arm of the throughput comparison.
+type ppsArm struct {
+	label   string
+	pods    int // podwire pods on the node
+	s, r    *pod
+	n       *node
+	rx, tx  []float64
+	checked bool
+}
+
+// throughput streams UDP between two pods through the node, round-robin
+// over: a node without podwire, the smallest and the biggest scaling node.
+func (b *bench) throughput() error {
+	ref, err := b.newNode("pps-ref")
+	if err != nil {
+		return err
+	}
+	refArm, err := newArm("A", ref, 90)
+	if err != nil {
+		return err
+	}
+	var arms []*ppsArm
+	mk := func(label string, n *node, a *arm, pods int, checked bool) error {
+		_, s, err := n.keep(a, 900001)
+		if err != nil {
+			return err
+		}
+		_, r, err := n.keep(a, 900002)
+		if err != nil {
+			return err
+		}
+		arms = append(arms, &ppsArm{label: label, n: n, s: s, r: r, pods: pods, checked: checked})
+		return nil
+	}
+	if err := mk("ptp only, no podwire tables", ref, refArm, 0, false); err != nil {
+		return err
+	}
+	sn := b.r.scaleNodes
+	if len(sn) > 0 {
+		small, big := sn[0], sn[len(sn)-1]
+		smallE, err := newArm("E", small, 70)
+		if err != nil {
+			return err
+		}
+		if err := mk("podwire source check", small, smallE, b.opt.levels[0]+2, true); err != nil {
+			return err
+		}
+		if big != small {
+			bigE, err := newArm("E", big, 70+len(sn)-1)
+			if err != nil {
+				return err
+			}
+			if err := mk("podwire source check", big, bigE, b.opt.levels[len(sn)-1]+2, true); err != nil {
+				return err
+			}
+		}
+	}
+	d := time.Duration(b.opt.ppsSeconds * float64(time.Second))
+	for r := 0; r < b.opt.ppsBursts; r++ {
+		for _, a := range rotate(arms, r) {
+			rx, tx, err := blast(a.s, a.r, d)
+			if err != nil {
+				return fmt.Errorf("%s (%d pods): %w", a.label, a.pods, err)
+			}
+			a.rx, a.tx = append(a.rx, rx), append(a.tx, tx)
+		}
+	}
+	b.r.pps = arms
+	return nil
+}

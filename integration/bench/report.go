@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// report is everything the run measured.
+type report struct {
+	machine     []string
+	sizes       [][2]string
+	vlanOK      bool
+	vlanReason  string
+	arms        []*arm
+	lat         map[string]*opStats
+	tablesE     []string
+	direct      map[string]*directStats
+	directOrder []string
+	levels      []*levelStats
+	growth      samples
+	scaleNodes  []*node
+	pps         []*ppsArm
+	duration    time.Duration
+	loadStart   string
+	loadEnd     string
+}
+
+func kernel() string {
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return "unknown"
+	}
+	var sb strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procField returns the value of the first "key: value" line of a /proc file.
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func describeMachine(b *bench) []string {
+	b.r.loadStart = loadavg()
+	goPW := "unknown"
+	if bi, err := buildinfo.ReadFile(b.podwireBin); err == nil {
+		goPW = bi.GoVersion
+	}
+	rev := b.opt.rev
+	if rev == "" {
+		rev = "unknown"
+	}
+	return []string{
+		"date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		fmt.Sprintf("CPUs (nproc): %d, %s", runtime.NumCPU(), procField("/proc/cpuinfo", "model name")),
+		"memory: " + procField("/proc/meminfo", "MemTotal"),
+		"kernel: " + kernel(),
+		"Go: " + runtime.Version() + " (bench), " + goPW + " (bin/podwire)",
+		"podwire revision: " + rev,
+		"nft binary (portmap's nftables backend shells out to it): " + firstLine(runCmd("nft", "--version")),
+	}
+}
+
+func firstLine(s string) string {
+	if s == "" {
+		return "not found"
+	}
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func binarySizes(b *bench) [][2]string {
+	var out [][2]string
+	for _, p := range []string{b.podwireBin, filepath.Join(b.benchBin, "passthrough"),
+		filepath.Join(b.cniBin, "ptp"), filepath.Join(b.cniBin, "host-local"),
+		filepath.Join(b.cniBin, "tuning"), filepath.Join(b.cniBin, "portmap")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		out = append(out, [2]string{filepath.Base(p), fmt.Sprintf("%.2f MiB (%d bytes)", float64(fi.Size())/(1<<20), fi.Size())})
+	}
+	return out
+}
+
+func holds(ok bool) string {
+	if ok {
+		return "holds"
+	}
+	return "**missed**"
+}
+
+func (r *report) markdown(b *bench) string {
+	var w strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&w, f, a...) }
+	p("# podwire benchmarks\n\n")
+	p("Written by `make bench` (`scripts/bench.sh` runs `integration/bench`). The numbers are whatever the last run\n")
+	p("gave on the machine below; no test asserts them. Targets are shown, never enforced.\n\n")
+	p("## Machine\n\n")
+	for _, m := range r.machine {
+		p("- %s\n", m)
+	}
+	p("- load average at start: %s, at end: %s; run took %s\n", r.loadStart, r.loadEnd, r.duration.Round(time.Second))
+	p("\n**Noise.** This machine is shared: other builds and tests ran during the run. Every comparison is\n")
+	p("therefore interleaved round-robin: each round runs every arm once, starting from a different arm, so\n")
+	p("the noise falls on every arm alike; %d warm-up rounds are discarded, then %d rounds are kept\n", b.opt.warmup, b.opt.rounds)
+	p("(%d pods per arm). Differences of a millisecond or two are within the noise.\n\n", b.opt.rounds)
+
+	p("## Method\n\n")
+	p("- Every node is a network namespace of its own (`testutils.NewNS`), with forwarding on, a veth uplink\n")
+	p("  `eth0` holding the IPv4 and IPv6 default routes and the egress IPs; nothing runs in the host netns.\n")
+	p("- ADD and DEL are timed around libcni's `AddNetworkList` / `DelNetworkList` (cniVersion 1.1.0), as a\n")
+	p("  runtime calls them, called inside the node netns; each pod is ADDed then DELed at once.\n")
+	p("- **IPv6 DAD is off in each pod netns** (`net.ipv6.conf.default.accept_dad=0` set before ADD), so ptp\n")
+	p("  does not wait for its IPv6 address to settle; that wait (about a second) would swamp every difference.\n")
+	p("  The node netns has DAD off as well.\n")
+	p("- podwire's `stateDir` is on tmpfs (`/dev/shm`), as `/run/podwire` is on a real node (here `/run` is\n")
+	p("  on disk); libcni's cache and host-local's leases are on disk, as on a node.\n")
+	p("- podwire config: `sourceCheck: true`, `forwarding.namespaces: [\"nf-*\"]`, `probeSNAT.preset: azure`,\n")
+	p("  `egress.ips: [%s, %s]` (assigned to the uplink), `logFile` set.\n", egressV4, egressV6)
+	if len(r.tablesE) > 0 {
+		p("  Tables podwire laid down on the arm E node: %s.\n", strings.Join(r.tablesE, ", "))
+	}
+	p("- Arm B's floor is `integration/bench/passthrough`: a static Go plugin that parses the config and\n")
+	p("  prevResult and prints the result (exec + JSON, nothing else).\n")
+	p("- portmap (arm D) runs with `\"backend\": \"nftables\"` and one port mapping per pod (the `portMappings`\n")
+	p("  capability arg); its nftables backend shells out to `nft`.\n")
+	p("- Added latency of a chained plugin is `p50(X) - p50(A)`.\n\n")
+
+	p("## ADD and DEL latency per arm (ms)\n\n")
+	p("| arm | chain | ADD p50 | ADD p90 | DEL p50 | DEL p90 | added ADD p50 | added DEL p50 |\n")
+	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	base := r.lat["A"]
+	for _, a := range r.arms {
+		s := r.lat[a.key]
+		addD, delD := "", ""
+		if a.key != "A" {
+			addD, delD = signedMs(s.add.p50()-base.add.p50()), signedMs(s.del.p50()-base.del.p50())
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.key, a.label, ms(s.add.p50()), ms(s.add.p90()),
+			ms(s.del.p50()), ms(s.del.p90()), addD, delD)
+	}
+	if !r.vlanOK {
+		p("| G | A + podwire, VLAN attachment | not run | | | | | |\n")
+		p("\nG not run: %s. The VLAN suite runs in a VM (`make test-vm`); a VLAN benchmark there would\n", r.vlanReason)
+		p("time QEMU's emulated CPU, not podwire.\n")
+	}
+	added := func(k string) float64 {
+		if s, ok := r.lat[k]; ok {
+			return s.add.p50() - base.add.p50()
+		}
+		return 0
+	}
+	addedDel := func(k string) float64 {
+		if s, ok := r.lat[k]; ok {
+			return s.del.p50() - base.del.p50()
+		}
+		return 0
+	}
+	pw, floor, tun := added("E"), added("B"), added("C")
+	p("\nRatios of added ADD p50: podwire (E) / floor (B) = %s, podwire / tuning (C) = %s;\n", ratio(pw, floor), ratio(pw, tun))
+	p("forwarding pod (F) / floor = %s. Added DEL p50: podwire %s, floor %s, tuning %s, portmap %s.\n\n",
+		ratio(added("F"), floor), signedMs(addedDel("E")), signedMs(addedDel("B")), signedMs(addedDel("C")), signedMs(addedDel("D")))
+
+	if len(r.direct) > 0 {
+		p("## The plugin alone: wall time and peak RSS\n\n")
+		p("Each binary run directly (os/exec, CNI_* environment, config with ptp's result as prevResult on stdin)\n")
+		p("in the node netns, round-robin, %d runs each; peak RSS is wait4's `ru_maxrss` of the plugin process.\n\n", b.opt.rounds)
+		p("| plugin | ADD p50 | ADD p90 | DEL p50 | DEL p90 | peak RSS ADD (median / max) | peak RSS DEL (median) |\n")
+		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, name := range r.directOrder {
+			s := r.direct[name]
+			mx := int64(0)
+			for _, v := range s.rssAdd {
+				mx = max(mx, v)
+			}
+			p("| %s | %s | %s | %s | %s | %.1f / %.1f MiB | %.1f MiB |\n", name, ms(s.add.p50()), ms(s.add.p90()),
+				ms(s.del.p50()), ms(s.del.p90()), float64(medianI(s.rssAdd))/1024, float64(mx)/1024, float64(medianI(s.rssDel))/1024)
+		}
+		p("\n")
+	}
+
+	p("## Binary sizes\n\n| binary | size |\n| --- | ---: |\n")
+	for _, s := range r.sizes {
+		p("| %s | %s |\n", s[0], s[1])
+	}
+	p("\n")
+
+	if len(r.levels) > 0 {
+		p("## Scaling with existing podwire pods (ms, p50)\n\n")
+		p("One node per level; the existing pods were made through the real chain (ptp + host-local + podwire).\n")
+		p("Round-robin over the levels and, within a level, over: ptp + host-local alone (A), the podwire chain\n")
+		p("(E), the podwire chain right after every podwire table was deleted from the node (first invocation:\n")
+		p("the tables are rebuilt and every recorded pod's elements re-added), and podwire run directly.\n\n")
+		p("| existing pods | A ADD | E ADD | E-A ADD | E DEL | E-A DEL | podwire alone ADD | podwire alone DEL | first-invocation ADD | first - steady |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, l := range r.levels {
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.existing, ms(l.a.add.p50()), ms(l.e.add.p50()),
+				signedMs(l.e.add.p50()-l.a.add.p50()), ms(l.e.del.p50()), signedMs(l.e.del.p50()-l.a.del.p50()),
+				ms(l.pwAdd.p50()), ms(l.pwDel.p50()), ms(l.first.add.p50()), signedMs(l.first.add.p50()-l.e.add.p50()))
+		}
+		p("\n")
+		if len(r.growth) >= 200 {
+			p("ADD latency of the podwire chain while the existing pods were made (p50 per %d pods, ms): ", len(r.growth)/10)
+			step := len(r.growth) / 10
+			var parts []string
+			for i := 0; i+step <= len(r.growth); i += step {
+				parts = append(parts, fmt.Sprintf("%d: %s", i+step, ms(r.growth[i:i+step].p50())))
+			}
+			p("%s.\n\n", strings.Join(parts, ", "))
+		}
+	}
+
+	if len(r.pps) > 0 {
+		p("## Throughput through the source check\n\n")
+		p("A UDP stream (%d-byte payloads, sendmmsg/recvmmsg batches of %d, Go sockets) from one pod to\n", blastPayload, blastBatch)
+		p("another through the node, %.0f s per burst after %s of warm-up, %d bursts per arm round-robin;\n", b.opt.ppsSeconds, blastWarm, b.opt.ppsBursts)
+		p("median of the bursts. Both pods are ordinary podwire pods on the podwire nodes, so every packet\n")
+		p("goes through the source-check chain (interface lookup, then `iifname . saddr` lookup).\n")
+		p("On 2 CPUs the sender and the receiver compete with each other and with the other work on the machine.\n\n")
+		p("| node | podwire pods | received pps | sent pps |\n| --- | ---: | ---: | ---: |\n")
+		for _, a := range r.pps {
+			p("| %s | %d | %.0f | %.0f |\n", a.label, a.pods, medianF(a.rx), medianF(a.tx))
+		}
+		p("\n")
+	}
+
+	p("## Targets (shown, not asserted)\n\n")
+	p("| target | figure | verdict |\n| --- | --- | --- |\n")
+	p("| podwire's added ADD p50 <= 2x the floor's | %s vs 2 x %s ms | %s |\n", signedMs(pw), ms(floor), holds(pw <= 2*floor))
+	p("| podwire's added ADD p50 <= tuning's | %s vs %s ms | %s |\n", signedMs(pw), signedMs(tun), holds(pw <= tun))
+	if len(r.levels) >= 2 {
+		l0, lN := r.levels[0], r.levels[len(r.levels)-1]
+		for _, t := range []struct {
+			name   string
+			v0, vN float64
+		}{
+			{"chain ADD p50", l0.e.add.p50(), lN.e.add.p50()},
+			{"chain DEL p50", l0.e.del.p50(), lN.e.del.p50()},
+			{"podwire alone ADD p50", l0.pwAdd.p50(), lN.pwAdd.p50()},
+			{"podwire alone DEL p50", l0.pwDel.p50(), lN.pwDel.p50()},
+		} {
+			p("| %s at %d pods within 10%% of %d pods | %s vs %s ms (%+.0f%%) | %s |\n", t.name, lN.existing, l0.existing,
+				ms(t.vN), ms(t.v0), 100*(t.vN/t.v0-1), holds(t.vN <= 1.1*t.v0))
+		}
+		first := l0.first.add.p50() - l0.e.add.p50()
+		p("| first invocation < 50 ms above steady state (%d pods) | %s ms | %s |\n", l0.existing, signedMs(first), holds(first < 50))
+		firstN := lN.first.add.p50() - lN.e.add.p50()
+		p("| first invocation < 50 ms above steady state (%d pods) | %s ms | %s |\n", lN.existing, signedMs(firstN), holds(firstN < 50))
+	}
+	if len(r.pps) >= 3 {
+		s, g := medianF(r.pps[1].rx), medianF(r.pps[len(r.pps)-1].rx)
+		p("| throughput at %d pods >= 95%% of %d | %.0f vs %.0f pps (%.0f%%) | %s |\n", r.pps[len(r.pps)-1].pods, r.pps[1].pods,
+			g, s, 100*g/s, holds(g >= 0.95*s))
+	}
+	p("\nReference anchors measured on this kind of machine earlier: floor +1.7 ms, tuning +3.0 ms, portmap\n")
+	p("(nftables) +32 ms ADD and +60 ms DEL, growing about 0.1 ms per existing pod.\n")
+
+	var st []*levelStats
+	for _, l := range r.levels {
+		if l.straceAdd != "" {
+			st = append(st, l)
+		}
+	}
+	if len(st) > 0 {
+		p("\n## Syscall profile of podwire (`strace -f -c`, one ADD and one DEL per level)\n\n")
+		for _, l := range st {
+			p("### %d existing pods, ADD\n\n```\n%s```\n\n### %d existing pods, DEL\n\n```\n%s```\n\n",
+				l.existing, topLines(l.straceAdd, 14), l.existing, topLines(l.straceDel, 14))
+		}
+	}
+	return w.String()
+}
+
+// topLines keeps the header, the first n syscall lines and the total of a
+// strace -c summary.
+func topLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	var out []string
+	body := 0
+	for i, l := range lines {
+		switch {
+		case i < 2, strings.HasPrefix(l, "------"), strings.Contains(l, "total"):
+			out = append(out, l)
+		case body < n:
+			out = append(out, l)
+			body++
+		}
+	}
+	return strings.Join(out, "\n") + "\n"
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Benchmarks podwire against the reference plugins and a do-nothing chained
+# plugin, and writes docs/benchmarks.md (see integration/bench). Run as root
+# by `make bench`, after `make build tools`. Only network namespaces of its own
+# are touched; the host netns is not.
+#
+# Environment: BENCH_ROUNDS (pods per arm, default 30), BENCH_LEVELS (existing
+# podwire pods of the scaling runs, default 0,100,1000), BENCH_STRACE=0 to skip
+# the strace profile, BENCH_OUT (default docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench: needs root (network namespaces, nftables)" >&2
+	exit 1
+fi
+GO=${GO:-go}
+BENCH_BIN=.cache/bench-bin
+mkdir -p "$BENCH_BIN"
+CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./integration/bench/passthrough
+CGO_ENABLED=0 $GO build -o "$BENCH_BIN/bench" ./integration/bench
+
+strace_flag=()
+if [ "${BENCH_STRACE:-1}" != 0 ] && command -v strace >/dev/null; then
+	strace_flag=(-strace)
+fi
+rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
+
+exec "$BENCH_BIN/bench" \
+	-podwire bin/podwire \
+	-cni-bin .cache/cni-bin \
+	-bench-bin "$BENCH_BIN" \
+	-n "${BENCH_ROUNDS:-30}" \
+	-levels "${BENCH_LEVELS:-0,100,1000}" \
+	-out "${BENCH_OUT:-docs/benchmarks.md}" \
+	-rev "$rev" \
+	"${strace_flag[@]}"
