@@ -75,6 +75,9 @@ type node struct {
 	cni    *libcni.CNIConfig
 	v4Pool string // pod subnet of ptp's host-local
 	v6Pool string
+	// ptpIPMasq turns on ptp's ipMasq (a primary plugin's masquerade at
+	// srcnat, which podwire's egress SNAT must win over).
+	ptpIPMasq bool
 }
 
 // newNode makes a node netns; the test's cleanup removes it and, since the
@@ -139,7 +142,7 @@ func (n *node) conflist(version string, podwire map[string]any) *libcni.NetworkC
 		"plugins": []any{
 			map[string]any{
 				"type":   "ptp",
-				"ipMasq": false,
+				"ipMasq": n.ptpIPMasq,
 				"mtu":    1500,
 				"ipam": map[string]any{
 					"type":    "host-local",

@@ -70,13 +70,13 @@ func (s *tcpServer) sawPeer(a netip.Addr) bool {
 }
 
 // dialTCP opens a TCP connection from inside netns, from source src (any
-// when invalid) to dst, and exchanges one byte: a completed handshake and a
-// round trip both ways.
+// when invalid; a link-local source needs its zone, "fe80::1%eth0") to dst,
+// and exchanges one byte: a completed handshake and a round trip both ways.
 func dialTCP(netns ns.NetNS, src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	return netns.Do(func(ns.NetNS) error {
 		d := net.Dialer{Timeout: timeout}
 		if src.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice(), Zone: src.Zone()}
 		}
 		c, err := d.Dial("tcp", dst.String())
 		if err != nil {

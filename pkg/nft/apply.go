@@ -105,12 +105,14 @@ func Build(c Conn, t *Table, elems map[string][]nftables.SetElement) error {
 			Interval:      s.Interval,
 			Concatenation: s.Concatenation,
 			Comment:       s.Comment,
+			KeyByteOrder:  s.KeyByteOrder,
 		}
 		if err := c.AddSet(ns, nil); err != nil {
 			return fmt.Errorf("failed to add set %s to %s: %w", s.Name, t.ID(), err)
 		}
-		if len(elems[s.Name]) > 0 {
-			if err := c.SetAddElements(ns, elems[s.Name]); err != nil {
+		all := append(append([]nftables.SetElement(nil), s.Elements...), elems[s.Name]...)
+		if len(all) > 0 {
+			if err := c.SetAddElements(ns, all); err != nil {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", s.Name, t.ID(), err)
 			}
 		}

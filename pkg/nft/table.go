@@ -23,6 +23,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 )
 
@@ -44,6 +45,14 @@ type Set struct {
 	Interval      bool
 	Concatenation bool
 	Comment       string
+	// Elements are static elements from the config (an interval set of
+	// excepted CIDRs, say), laid down with the set and part of the hash;
+	// per-pod elements come from the records instead.
+	Elements []nftables.SetElement
+	// KeyByteOrder is written to the set's userdata for nft(8)'s listing:
+	// binaryutil.NativeEndian for string keys (ifname), so that `nft list`
+	// shows "eth0" and not "".
+	KeyByteOrder binaryutil.ByteOrder
 }
 
 // RuleFunc builds one rule's expressions. sets gives the table's sets as

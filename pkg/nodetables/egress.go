@@ -1,0 +1,142 @@
+package nodetables
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// Sets of the egress table: pod sources (one element per pod address, added
+// at ADD, removed at DEL) and excepted destinations (interval sets from
+// egress.exceptCIDRs).
+const (
+	setPods4   = "pods4"
+	setPods6   = "pods6"
+	setExcept4 = "except4"
+	setExcept6 = "except6"
+)
+
+// prioritySrcNATMinus1 is NF_IP_PRI_NAT_SRC (100, "srcnat") minus one.
+const prioritySrcNATMinus1 = 99
+
+// egressTableFor is the per-node egress SNAT:
+//
+//	table inet podwire-egress {
+//	  set pods4 { type ipv4_addr }                 # per pod, from records
+//	  set pods6 { type ipv6_addr }
+//	  set except4 { type ipv4_addr; flags interval } # egress.exceptCIDRs
+//	  set except6 { type ipv6_addr; flags interval }
+//	  chain nat-postrouting {
+//	    type nat hook postrouting priority srcnat - 1;
+//	    ip saddr @pods4 ip daddr != @pods4 ip daddr != @except4 counter snat ip to E4
+//	    ip6 saddr @pods6 ip6 daddr != @pods6 ip6 daddr != @except6 counter snat ip6 to E6
+//	  }
+//	}
+//
+// Why srcnat-1: the kernel runs the NAT chains of a hook in priority order
+// and stops at the first that binds the connection, so a masquerade of the
+// primary plugin (ptp/bridge ipMasq, flannel, Calico natOutgoing) or of
+// kube-proxy at srcnat (100) never sees a connection that leaves through the
+// egress IP, and still handles the ones excepted here.
+//
+// What keeps the pod source: destinations in exceptCIDRs (the cluster's pod
+// and service CIDRs, and usually the node subnet, belong there), and pods of
+// this node (daddr in the pod set) even when the pod CIDR is not listed, so
+// pod-to-pod traffic on one node never depends on the config. Only the first
+// packet of a connection reaches a NAT chain: answers to connections that
+// came in (NodePort, probe, another pod) keep their addresses. Traffic to the
+// node's own addresses is delivered locally and never reaches postrouting.
+func egressTableFor(conf *config.NetConf, env Env) *nft.Table {
+	ex4, ex6 := intervalElements(conf.ExceptCIDRs)
+	t := &nft.Table{
+		Family: nftables.TableFamilyINet,
+		Name:   egressTable,
+		Sets: []nft.Set{
+			{Name: setPods4, KeyType: nftables.TypeIPAddr, Comment: "pod sources (IPv4)"},
+			{Name: setPods6, KeyType: nftables.TypeIP6Addr, Comment: "pod sources (IPv6)"},
+			{Name: setExcept4, KeyType: nftables.TypeIPAddr, Interval: true, Elements: ex4, Comment: "egress.exceptCIDRs (IPv4)"},
+			{Name: setExcept6, KeyType: nftables.TypeIP6Addr, Interval: true, Elements: ex6, Comment: "egress.exceptCIDRs (IPv6)"},
+		},
+	}
+	ch := nft.Chain{
+		Name: "nat-postrouting", Type: nftables.ChainTypeNAT,
+		Hook: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(prioritySrcNATMinus1),
+	}
+	if env.Egress4.IsValid() {
+		ch.Rules = append(ch.Rules, snatRule(env.Egress4, setPods4, setExcept4))
+	}
+	if env.Egress6.IsValid() {
+		ch.Rules = append(ch.Rules, snatRule(env.Egress6, setPods6, setExcept6))
+	}
+	t.Chains = []nft.Chain{ch}
+	return t
+}
+
+// snatRule: meta nfproto F ip[6] saddr @pods ip[6] daddr != @pods ip[6]
+// daddr != @except counter snat ip[6] to ip.
+func snatRule(ip netip.Addr, pods, except string) nft.RuleFunc {
+	nfproto, saddr, daddr, alen := byte(unix.NFPROTO_IPV6), uint32(ip6SaddrOff), uint32(ip6DaddrOff), uint32(ip6AddrLen)
+	if ip.Is4() {
+		nfproto, saddr, daddr, alen = unix.NFPROTO_IPV4, ip4SaddrOff, ip4DaddrOff, ip4AddrLen
+	}
+	return func(sets map[string]*nftables.Set) []expr.Any {
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: nft.Reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{nfproto}},
+			&expr.Payload{DestRegister: nft.Reg1, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: alen},
+			nft.LookupSet(nft.Reg1, sets[pods], false),
+			&expr.Payload{DestRegister: nft.Reg1, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: alen},
+			nft.LookupSet(nft.Reg1, sets[pods], true),
+			nft.LookupSet(nft.Reg1, sets[except], true),
+			&expr.Counter{},
+			&expr.Immediate{Register: nft.Reg1, Data: ip.AsSlice()},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(nfproto), RegAddrMin: nft.Reg1},
+		}
+	}
+}
+
+// intervalElements turns CIDRs into the elements of an IPv4 and an IPv6
+// interval set: overlapping and adjacent prefixes merged (the kernel refuses
+// overlapping intervals), each range as a start element and an end element
+// one past its last address (none when the range ends at the top of the
+// address space), as nft(8) lays out `flags interval` sets.
+func intervalElements(cidrs []netip.Prefix) (v4, v6 []nftables.SetElement) {
+	type rng struct{ first, last netip.Addr }
+	var rs []rng
+	for _, p := range cidrs {
+		f, l := nft.PrefixRange(p)
+		rs = append(rs, rng{f, l})
+	}
+	slices.SortFunc(rs, func(a, b rng) int { return a.first.Compare(b.first) })
+	var merged []rng
+	for _, r := range rs {
+		if n := len(merged); n > 0 && merged[n-1].first.Is4() == r.first.Is4() {
+			m := &merged[n-1]
+			if next := m.last.Next(); r.first.Compare(m.last) <= 0 || (next.IsValid() && next == r.first) {
+				if r.last.Compare(m.last) > 0 {
+					m.last = r.last
+				}
+				continue
+			}
+		}
+		merged = append(merged, r)
+	}
+	for _, r := range merged {
+		elems := []nftables.SetElement{{Key: nft.AddrKey(r.first)}}
+		if end := r.last.Next(); end.IsValid() {
+			elems = append(elems, nftables.SetElement{Key: nft.AddrKey(end), IntervalEnd: true})
+		}
+		if r.first.Is4() {
+			v4 = append(v4, elems...)
+		} else {
+			v6 = append(v6, elems...)
+		}
+	}
+	return v4, v6
+}

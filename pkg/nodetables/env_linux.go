@@ -1,0 +1,150 @@
+package nodetables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/config"
+)
+
+// ReadEnv reads what the tables depend on from the node (the current netns)
+// and stateDir: the probe uplinks (one route dump per family with a probe
+// pair, only when probeSNAT.interfaces is empty) and the egress IPs (the
+// cached node annotation, a file read, when egress.nodeAnnotation is on; no
+// API call). It does not fail: what it cannot read becomes a warning, and the
+// tables are built without it (a probe table with no uplink matches nothing
+// until the next ADD finds one).
+func ReadEnv(conf *config.NetConf) Env {
+	env := Env{Egress4: conf.EgressV4, Egress6: conf.EgressV6}
+	if conf.ProbeSNAT != nil {
+		has4, has6 := false, false
+		for _, p := range conf.ProbePairs {
+			has4, has6 = has4 || p.From.Is4(), has6 || p.From.Is6()
+		}
+		for _, fam := range []struct {
+			has    bool
+			family int
+			dst    *[]string
+			name   string
+		}{{has6, netlink.FAMILY_V6, &env.Uplinks6, "IPv6"}, {has4, netlink.FAMILY_V4, &env.Uplinks4, "IPv4"}} {
+			if !fam.has {
+				continue
+			}
+			if len(conf.ProbeSNAT.Interfaces) > 0 {
+				*fam.dst = slices.Sorted(slices.Values(conf.ProbeSNAT.Interfaces))
+				continue
+			}
+			ifs, err := DefaultRouteInterfaces(fam.family)
+			switch {
+			case err != nil:
+				env.Warnings = append(env.Warnings, fmt.Sprintf("probeSNAT: cannot find the %s uplink: %v", fam.name, err))
+			case len(ifs) == 0:
+				env.Warnings = append(env.Warnings, fmt.Sprintf(
+					"probeSNAT: no %s default route on the node, so no uplink: the %s probe is not rewritten until one appears (or set probeSNAT.interfaces)",
+					fam.name, fam.name))
+			}
+			*fam.dst = ifs
+		}
+	}
+	if conf.EgressEnabled() && conf.Egress.NodeAnnotation {
+		c, err := readCache(conf.StateDir)
+		switch {
+		case err != nil:
+			env.Warnings = append(env.Warnings, fmt.Sprintf("egress.nodeAnnotation: %v", err))
+		case c == nil:
+			env.Warnings = append(env.Warnings, "egress.nodeAnnotation: the node annotation was not read yet")
+		default:
+			if c.V4.IsValid() {
+				env.Egress4 = c.V4
+			}
+			if c.V6.IsValid() {
+				env.Egress6 = c.V6
+			}
+			env.Warnings = append(env.Warnings, c.Warnings...)
+		}
+	}
+	if conf.EgressEnabled() && !env.Egress4.IsValid() && !env.Egress6.IsValid() {
+		env.Warnings = append(env.Warnings, "egress: no egress IP (egress.ips empty and no podwire.io/egress-ip annotation): pod traffic is not SNATed by podwire")
+	}
+	return env
+}
+
+// DefaultRouteInterfaces returns the names of the interfaces holding a
+// default route of family (netlink.FAMILY_V4 or FAMILY_V6) in the main table,
+// every nexthop of a multipath route included, sorted and without repeats.
+func DefaultRouteInterfaces(family int) ([]string, error) {
+	routes, err := netlink.RouteList(nil, family)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list routes: %w", err)
+	}
+	var idx []int
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		if r.Type != 0 && r.Type != 1 { // RTN_UNSPEC, RTN_UNICAST: not blackhole or unreachable
+			continue
+		}
+		if r.LinkIndex > 0 {
+			idx = append(idx, r.LinkIndex)
+		}
+		for _, nh := range r.MultiPath {
+			idx = append(idx, nh.LinkIndex)
+		}
+	}
+	var names []string
+	for _, i := range idx {
+		l, err := netlink.LinkByIndex(i)
+		if err != nil {
+			continue // vanished since the dump
+		}
+		names = append(names, l.Attrs().Name)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// Warnings are the findings of the node tables for the log and `podwire
+// status`, read in the current netns: an egress IP that is not assigned to any
+// interface of the node (the SNATed traffic's answers would not come back),
+// no egress IP at all, a probe without an uplink, an unread node annotation.
+func Warnings(conf *config.NetConf) []string {
+	env := ReadEnv(conf)
+	out := env.Warnings
+	for _, ip := range []netip.Addr{env.Egress4, env.Egress6} {
+		if !ip.IsValid() {
+			continue
+		}
+		ok, err := assigned(ip)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("egress IP %s: cannot list node addresses: %v", ip, err))
+		case !ok:
+			out = append(out, fmt.Sprintf("egress IP %s is not assigned to any interface of the node: answers to SNATed pod traffic will not reach it", ip))
+		}
+	}
+	return out
+}
+
+// assigned reports whether ip is an address of an interface of the netns.
+func assigned(ip netip.Addr) (bool, error) {
+	family := netlink.FAMILY_V6
+	if ip.Is4() {
+		family = netlink.FAMILY_V4
+	}
+	addrs, err := netlink.AddrList(nil, family)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range addrs {
+		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == ip {
+			return true, nil
+		}
+	}
+	return false, nil
+}

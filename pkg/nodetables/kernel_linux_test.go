@@ -1,0 +1,63 @@
+package nodetables
+
+import (
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/google/nftables"
+
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// TestKernelAcceptsTables lays the tables down in a throwaway netns through
+// nft.Ensure, as ADD does: the kernel takes the rules (payload checksum
+// attributes, NAT in an inet table, interval sets with merged CIDRs), the
+// tables read back as current, and a second Ensure changes nothing.
+func TestKernelAcceptsTables(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	netns, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { netns.Close(); _ = testutils.UnmountNS(netns) }()
+	c, err := nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := parse(t, `{"type":"podwire","probeSNAT":{"preset":"azure","rules":[{"from":"168.63.129.16","to":"10.0.0.250"}]},
+		"egress":{"ips":["203.0.113.10","2001:db8::10"],"exceptCIDRs":["10.244.0.0/16","10.0.0.0/8","10.96.0.0/12","fd00::/8","0.0.0.0/0"]}}`)
+	env := Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0", "eth1"}, Egress4: conf.EgressV4, Egress6: conf.EgressV6}
+	want := Tables(conf, env)
+	noLock := func() (func(), error) { return func() {}, nil }
+	elems := nft.Elements{}
+	elems.Add(nft.ID{Family: nftables.TableFamilyINet, Name: egressTable}, setPods4,
+		nftables.SetElement{Key: netip.MustParseAddr("10.244.1.5").AsSlice(), Comment: "ns/p"})
+	changed, err := nft.Ensure(c, want, noLock, func() (nft.Elements, error) { return elems, nil })
+	if err != nil || !changed {
+		t.Fatalf("first Ensure: changed %v err %v", changed, err)
+	}
+	if changed, err = nft.Ensure(c, want, noLock, nil); err != nil || changed {
+		t.Fatalf("second Ensure: changed %v err %v, want no change", changed, err)
+	}
+	if err := nft.CheckElements(c, want, elems); err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Do(func(ns.NetNS) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("NFT_DUMP") != "" {
+		out, _ := exec.Command("ip", "netns", "exec", filepath.Base(netns.Path()), "nft", "list", "ruleset").CombinedOutput()
+		t.Log(string(out))
+	}
+	gone, err := RemoveAll(c)
+	if err != nil || len(gone) != 3 {
+		t.Fatalf("RemoveAll: %v %v", gone, err)
+	}
+}

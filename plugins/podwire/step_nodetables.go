@@ -1,0 +1,55 @@
+package main
+
+import (
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// nodeTablesStep owns the node-wide tables: load-balancer probe SNAT and
+// egress IPs (pkg/nodetables). The tables are laid down and repaired by
+// ensureTables like every owner's; per pod there are only the egress source
+// elements, added and removed with every step's elements.
+type nodeTablesStep struct{}
+
+// init registers the step last in ADD order, as cli_*.go files register
+// their subcommands: the node tables come after the per-pod wiring.
+func init() { steps = append(steps, nodeTablesStep{}) }
+
+func (nodeTablesStep) name() string { return "nodetables" }
+
+func (nodeTablesStep) plan(a *attachment) error {
+	a.rec.Egress = a.conf.EgressEnabled()
+	return nil
+}
+
+// add logs what stops the tables from doing their job (an egress IP not on
+// the node, a probe without an uplink); it never fails ADD for it.
+func (nodeTablesStep) add(a *attachment) error {
+	if a.conf.ProbeSNAT == nil && !a.conf.EgressEnabled() {
+		return nil
+	}
+	for _, w := range nodetables.Warnings(a.conf) {
+		a.log.Warn(w)
+	}
+	return nil
+}
+
+// del: the elements go with every step's elements in teardown; the tables
+// are node-wide and stay.
+func (nodeTablesStep) del(*attachment) error { return nil }
+
+// check: CHECK verifies the tables and elements for every owner.
+func (nodeTablesStep) check(*attachment) error { return nil }
+
+func (nodeTablesStep) tables(conf *config.NetConf) []*nft.Table {
+	if conf.ProbeSNAT == nil && !conf.EgressEnabled() {
+		return nil
+	}
+	return nodetables.Tables(conf, nodetables.ReadEnv(conf))
+}
+
+func (nodeTablesStep) elements(conf *config.NetConf, rec *state.Record) nft.Elements {
+	return nodetables.Elements(conf, rec)
+}
