@@ -45,8 +45,17 @@ func (s *Store) path(containerID, ifName string) string {
 	return filepath.Join(s.Dir, escape(containerID)+"_"+escape(ifName)+suffix)
 }
 
+// tmpPath is the temporary file Put writes before the rename: one name per
+// attachment (hidden, so List skips it), so that a file left by a podwire
+// killed in the middle of Put is overwritten by the next Put and removed by
+// Delete, instead of piling up in stateDir.
+func (s *Store) tmpPath(containerID, ifName string) string {
+	return filepath.Join(s.Dir, "."+escape(containerID)+"_"+escape(ifName)+suffix+".tmp")
+}
+
 // Put writes r atomically: a temporary file in the same directory, fsync,
-// rename over the old record.
+// rename over the old record. The runtime serializes the verbs of one
+// attachment, so one temporary name per attachment does not race.
 func (s *Store) Put(r *Record) error {
 	if err := s.ensureDir(); err != nil {
 		return err
@@ -57,7 +66,7 @@ func (s *Store) Put(r *Record) error {
 		return fmt.Errorf("failed to encode record %s: %w", r.Key(), err)
 	}
 	dst := s.path(r.ContainerID, r.IfName)
-	tmp, err := os.CreateTemp(s.Dir, ".tmp-*")
+	tmp, err := os.OpenFile(s.tmpPath(r.ContainerID, r.IfName), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, FileMode)
 	if err != nil {
 		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
 	}
@@ -97,12 +106,13 @@ func (s *Store) read(path string) (*Record, error) {
 	return r, nil
 }
 
-// Delete removes the record of an attachment; a missing record is not an
-// error (DEL is idempotent).
+// Delete removes the record of an attachment and any temporary file a
+// crashed Put left; a missing record is not an error (DEL is idempotent).
 func (s *Store) Delete(containerID, ifName string) error {
-	err := os.Remove(s.path(containerID, ifName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
+	for _, p := range []string{s.tmpPath(containerID, ifName), s.path(containerID, ifName)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
+		}
 	}
 	return nil
 }

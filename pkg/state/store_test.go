@@ -137,3 +137,38 @@ func FuzzRecordDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestDeleteRemovesCrashedPut: a podwire killed in the middle of Put leaves
+// its temporary file; the next Put reuses the name and Delete (DEL, GC)
+// removes it, so nothing piles up in stateDir.
+func TestDeleteRemovesCrashedPut(t *testing.T) {
+	s := New(filepath.Join(t.TempDir(), "state"))
+	if err := s.Put(&Record{ContainerID: "c1", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []bool{true, false} { // a crash on the update, and on the first write
+		if !rec {
+			if err := s.Delete("c1", "eth0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(s.tmpPath("c1", "eth0"), []byte(`{"contai`), FileMode); err != nil {
+			t.Fatal(err)
+		}
+		if recs, err := s.List(); err != nil || len(recs) != map[bool]int{true: 1, false: 0}[rec] {
+			t.Fatalf("List with a partial temporary file: %v %v", recs, err)
+		}
+		if err := s.Delete("c1", "eth0"); err != nil {
+			t.Fatal(err)
+		}
+		entries, _ := os.ReadDir(s.Dir)
+		for _, e := range entries {
+			if e.Name() != lockName {
+				t.Errorf("record existed %v: %s left after Delete", rec, e.Name())
+			}
+		}
+		if err := s.Put(&Record{ContainerID: "c1", IfName: "eth0"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -20,6 +20,11 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if rec == nil {
+		// ADD may have been killed while writing its first record: remove
+		// the temporary file it left (nothing else was made before it).
+		if err := a.store.Delete(args.ContainerID, args.IfName); err != nil {
+			return err
+		}
 		a.log.Debug("DEL: no record, nothing to do")
 		return nil
 	}
