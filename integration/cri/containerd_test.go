@@ -265,8 +265,10 @@ func (n *node) stop(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("containerd log:\n%s", n.logTail())
-		t.Logf("keeping %s for inspection", n.dir)
-		return
+		if os.Getenv("PODWIRE_E2E_KEEP") != "" {
+			t.Logf("PODWIRE_E2E_KEEP set: keeping %s for inspection", n.dir)
+			return
+		}
 	}
 	// overlayfs/runc leftovers unmount with the mount namespace; remove the tree.
 	if err := os.RemoveAll(n.dir); err != nil {

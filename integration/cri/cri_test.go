@@ -91,12 +91,25 @@ func demoConflist(t *testing.T, dir string, withPodwire bool) (list []byte, entr
 	return list, entry
 }
 
+// Pod namespaces of the test: forwarding.namespaces of the demo conflist
+// is ["nf-*"].
+const (
+	plainNS   = "default"
+	allowedNS = "nf-e2e"
+)
+
 func TestPodLifecycle(t *testing.T) {
 	cniBin, podwireBin := env(t)
+	withPodwire := podwireBin != ""
 	n := startNode(t)
-	list, entry := demoConflist(t, n.dir, podwireBin != "")
+	// The node namespace is the test's: rp_filter off there, so that only
+	// podwire's source check decides which forged packets pass.
+	n.sysctl(t, "net/ipv4/conf/all/rp_filter", "0")
+	n.sysctl(t, "net/ipv4/conf/default/rp_filter", "0")
+
+	list, entry := demoConflist(t, n.dir, withPodwire)
 	conflist := n.installCNI(t, cniBin, "20-podwire-demo.conflist", list)
-	if entry != nil {
+	if withPodwire {
 		// The operator path: podwire install copies the binary and chains
 		// the entry; a second run must change nothing.
 		res, err := install.Install(install.Options{BinDir: n.binDir, Binary: podwireBin, Conflist: conflist, Config: entry})
@@ -117,46 +130,135 @@ func TestPodLifecycle(t *testing.T) {
 	defer cancel()
 	waitNetworkReady(ctx, t, n)
 
-	plain, err := n.runPod(ctx, t, "default", "plain", nil)
+	plain, err := n.runPod(ctx, t, plainNS, "plain", nil)
 	if err != nil {
-		t.Fatalf("RunPodSandbox default/plain: %v", err)
+		t.Fatalf("RunPodSandbox %s/plain: %v", plainNS, err)
 	}
 	checkPodIPs(t, plain)
+	pods := []*pod{plain}
+	var router *pod
+	if withPodwire {
+		router, err = n.runPod(ctx, t, allowedNS, "router", map[string]string{annForwarding: "true"})
+		if err != nil {
+			t.Fatalf("RunPodSandbox %s/router: %v", allowedNS, err)
+		}
+		checkPodIPs(t, router)
+		pods = append(pods, router)
+	}
 
-	// Real packets both ways between the node namespace and the pod.
-	echo, err := udpListen(plain.netnsPath, 7007)
+	// Real packets both ways between the node namespace and each pod.
+	for _, p := range pods {
+		checkConnectivity(t, n, p)
+	}
+
+	if withPodwire {
+		wired := map[string]bool{plainNS + "/plain": false, allowedNS + "/router": true}
+		checkRecords(t, n, wired)
+		checkStatusCLI(t, n, conflist, wired)
+		checkPodForwarding(t, router, true)
+		checkPodForwarding(t, plain, false)
+
+		// Forged sources: the ordinary pod's are dropped, the forwarding
+		// pod's pass. Each pod also sends from its own address as control.
+		sink, err := newUDPSink(n.netns.Path(), 7009)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := map[*pod][]netip.Addr{
+			plain:  {netip.MustParseAddr("10.199.0.250"), netip.MustParseAddr("fd00:199::250"), netip.MustParseAddr("198.51.100.9")},
+			router: {netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2001:db8:100::7"), netip.MustParseAddr("10.199.0.251")},
+		}
+		for p, srcs := range forged {
+			for _, v6 := range []bool{false, true} {
+				own, _ := p.addr(v6)
+				srcs = append(srcs, own)
+			}
+			for _, src := range srcs {
+				gw := gateway4
+				if src.Is6() {
+					gw = gateway6
+				}
+				if err := sendFrom(p.netnsPath, src, netip.AddrPortFrom(gw, 7009), p.name, 5); err != nil {
+					t.Fatalf("%s: %v", p.name, err)
+				}
+			}
+			forged[p] = srcs
+		}
+		time.Sleep(300 * time.Millisecond)
+		for p, srcs := range forged {
+			for _, src := range srcs {
+				_, own := ownAddr(p, src)
+				want := own || p == router
+				if got := sink.got(src, p.name); got != want {
+					t.Errorf("pod %s/%s sending from %s: node received=%v, want %v", p.namespace, p.name, src, got, want)
+				} else {
+					t.Logf("pod %s/%s sending from %s: received=%v as expected", p.namespace, p.name, src, got)
+				}
+			}
+		}
+		sink.close()
+
+		// A forwarding pod outside forwarding.namespaces: the sandbox fails
+		// with podwire's message in the CRI error, and nothing is left.
+		_, err = n.runPod(ctx, t, plainNS, "sneaky", map[string]string{annForwarding: "true"})
+		if err == nil {
+			t.Errorf("RunPodSandbox %s/sneaky with %s succeeded, want refusal", plainNS, annForwarding)
+		} else if msg := err.Error(); !strings.Contains(msg, annForwarding) || !strings.Contains(msg, "forwarding.namespaces") {
+			t.Errorf("RunPodSandbox %s/sneaky: error does not carry podwire's message: %v", plainNS, err)
+		} else {
+			t.Logf("RunPodSandbox %s/sneaky refused: %v", plainNS, err)
+		}
+		checkRecords(t, n, wired)
+	}
+
+	for _, p := range pods {
+		n.removePod(ctx, t, p)
+	}
+	checkNothingLeft(ctx, t, n)
+	if withPodwire {
+		checkPodwireLeftovers(t, n)
+	}
+}
+
+// ownAddr reports whether a is one of p's addresses.
+func ownAddr(p *pod, a netip.Addr) (netip.Addr, bool) {
+	for _, o := range p.ips {
+		if o == a {
+			return o, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// checkConnectivity exchanges UDP both ways between the node namespace and
+// the pod over each family.
+func checkConnectivity(t *testing.T, n *node, p *pod) {
+	t.Helper()
+	echo, err := udpListen(p.netnsPath, 7007)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer echo.Close()
 	go udpEcho(echo)
-	for _, v6 := range []bool{false, true} {
-		a, _ := plain.addr(v6)
-		src, err := udpExchange(n.netns.Path(), netip.AddrPortFrom(a, 7007), 10*time.Second)
-		if err != nil {
-			t.Errorf("node to pod %s: %v", a, err)
-		} else {
-			t.Logf("node -> pod %s: echoed, seen from %s", a, src)
-		}
-	}
-	echo.Close()
-
 	nodeEcho, err := udpListen(n.netns.Path(), 7008)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer nodeEcho.Close()
 	go udpEcho(nodeEcho)
 	for _, gw := range []netip.Addr{gateway4, gateway6} {
-		a, _ := plain.addr(gw.Is6())
-		if src, err := udpExchange(plain.netnsPath, netip.AddrPortFrom(gw, 7008), 10*time.Second); err != nil {
-			t.Errorf("pod to node %s: %v", gw, err)
+		a, _ := p.addr(gw.Is6())
+		if src, err := udpExchange(n.netns.Path(), netip.AddrPortFrom(a, 7007), 10*time.Second); err != nil {
+			t.Errorf("node to pod %s/%s %s: %v", p.namespace, p.name, a, err)
+		} else if src != gw.String() {
+			t.Errorf("node to pod %s/%s %s: pod saw source %s, want %s", p.namespace, p.name, a, src, gw)
+		}
+		if src, err := udpExchange(p.netnsPath, netip.AddrPortFrom(gw, 7008), 10*time.Second); err != nil {
+			t.Errorf("pod %s/%s to node %s: %v", p.namespace, p.name, gw, err)
 		} else if src != a.String() {
-			t.Errorf("pod to node %s: node saw source %s, want the pod's %s", gw, src, a)
+			t.Errorf("pod %s/%s to node %s: node saw source %s, want the pod's %s", p.namespace, p.name, gw, src, a)
 		}
 	}
-	nodeEcho.Close()
-
-	n.removePod(ctx, t, plain)
-	checkNothingLeft(ctx, t, n)
 }
 
 // waitNetworkReady waits until the CRI reports its network ready (it has

@@ -10,7 +10,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
-	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -70,21 +70,12 @@ func RemoveNode(o NodeOptions) (*NodeResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to open nftables netlink socket: %w", err)
 	}
-	tables, err := conn.ListTables()
+	gone, err := nodetables.RemoveAll(conn)
 	if err != nil {
-		return nil, fmt.Errorf("failed to list nftables tables: %w", err)
+		return nil, err
 	}
-	for _, t := range tables {
-		if strings.HasPrefix(t.Name, nft.OwnerPrefix) {
-			id := nft.ID{Family: t.Family, Name: t.Name}
-			nft.Delete(conn, id)
-			res.Tables = append(res.Tables, id.String())
-		}
-	}
-	if len(res.Tables) > 0 {
-		if err := conn.Flush(); err != nil {
-			return nil, fmt.Errorf("failed to delete tables %s: %w", strings.Join(res.Tables, ", "), err)
-		}
+	for _, id := range gone {
+		res.Tables = append(res.Tables, id.String())
 	}
 
 	if err := removeBridge(o.Bridge, o.Uplink, res); err != nil {

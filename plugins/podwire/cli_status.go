@@ -1,0 +1,368 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/install"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+func init() {
+	cliCommands["status"] = cliCommand{"show node tables, bridge and uplink, wired pods and warnings", cliStatus}
+}
+
+// nodeStatus is what `podwire status` reports, in the current netns (the
+// node's), from the podwire entry of the node's conflist.
+type nodeStatus struct {
+	Conflist    string             `json:"conflist,omitempty"`
+	StateDir    string             `json:"stateDir"`
+	Tables      []tableStatus      `json:"tables"`
+	Bridge      linkStatus         `json:"bridge"`
+	Uplink      *linkStatus        `json:"uplink,omitempty"`
+	Attachments []attachmentStatus `json:"attachments"`
+	Warnings    []string           `json:"warnings"`
+}
+
+// tableStatus is one podwire nftables table: wanted by the config and/or
+// present on the node; current when present with the config's hash.
+type tableStatus struct {
+	Name    string `json:"name"`
+	Hash    string `json:"hash,omitempty"`
+	Wanted  bool   `json:"wanted"`
+	Present bool   `json:"present"`
+	Current bool   `json:"current"`
+}
+
+// linkStatus is the node bridge or the uplink.
+type linkStatus struct {
+	Name          string `json:"name"`
+	Present       bool   `json:"present"`
+	Up            bool   `json:"up,omitempty"`
+	Ours          bool   `json:"ours,omitempty"`
+	VLANFiltering bool   `json:"vlanFiltering,omitempty"`
+	Ports         int    `json:"ports,omitempty"`
+	Master        string `json:"master,omitempty"`
+}
+
+// attachmentStatus is one wired pod, from its record.
+type attachmentStatus struct {
+	Pod                   string         `json:"pod"`
+	ContainerID           string         `json:"containerID"`
+	IfName                string         `json:"ifName"`
+	HostIfName            string         `json:"hostIfName,omitempty"`
+	Addresses             []netip.Addr   `json:"addresses,omitempty"`
+	Complete              bool           `json:"complete"`
+	AnnotationSource      string         `json:"annotationSource,omitempty"`
+	SourceCheck           bool           `json:"sourceCheck"`
+	Forwarding            bool           `json:"forwarding"`
+	AllowedSourcePrefixes []netip.Prefix `json:"allowedSourcePrefixes,omitempty"`
+	Routes                []netip.Prefix `json:"routes,omitempty"`
+	Egress                bool           `json:"egress"`
+	VLAN                  string         `json:"vlan,omitempty"`
+}
+
+// cliStatus implements
+//
+//	podwire status [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--json]
+//
+// It exits 0 when it could read the node, warnings or not, 1 otherwise.
+func cliStatus(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("podwire status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	confDir := fs.String("conf-dir", "/etc/cni/net.d", "CNI conf dir searched (in the runtime's order) for the conflist holding podwire")
+	conflist := fs.String("conflist", "", "conflist holding the podwire entry (default: the first in --conf-dir)")
+	cfg := fs.String("config", "", "podwire config as JSON or @FILE instead of a conflist's entry")
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: podwire status [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--json]")
+		return 2
+	}
+	st, err := readStatus(*confDir, *conflist, *cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire status: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, st)
+	}
+	st.print(stdout)
+	return 0
+}
+
+// findEntry returns the podwire entry and the file it came from: --config,
+// else --conflist, else the first file of confDir (libcni's order, the one
+// a runtime uses) that chains podwire.
+func findEntry(confDir, conflist, cfg string) (entry []byte, from string, warn string, err error) {
+	if cfg != "" {
+		entry, err = readEntry(cfg)
+		return entry, "", "", err
+	}
+	files := []string{conflist}
+	if conflist == "" {
+		if files, err = libcni.ConfFiles(confDir, []string{".conf", ".conflist", ".json"}); err != nil {
+			return nil, "", "", fmt.Errorf("failed to list CNI conf dir %q: %w", confDir, err)
+		}
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			if conflist != "" {
+				return nil, "", "", fmt.Errorf("failed to read conflist %q: %w", f, err)
+			}
+			continue
+		}
+		e, ok, err := install.Entry(data)
+		if err != nil && conflist != "" {
+			return nil, "", "", fmt.Errorf("conflist %q: %w", f, err)
+		}
+		if ok {
+			return e, f, "", nil
+		}
+	}
+	where := conflist
+	if where == "" {
+		where = confDir
+	}
+	return nil, "", fmt.Sprintf("no podwire entry in %s: showing the defaults (run podwire install)", where), nil
+}
+
+func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
+	entry, from, warn, err := findEntry(confDir, conflist, cfg)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := parseEntry(entry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	st := &nodeStatus{Conflist: from, StateDir: conf.StateDir, Attachments: []attachmentStatus{}, Warnings: []string{}}
+	if warn != "" {
+		st.Warnings = append(st.Warnings, warn)
+	}
+	st.Warnings = append(st.Warnings, conf.Warnings...)
+
+	if err := st.readTables(conf); err != nil {
+		st.Warnings = append(st.Warnings, err.Error())
+	}
+	st.readLinks(conf)
+	recs, err := state.New(conf.StateDir).List()
+	if err != nil {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("state dir %s: %v", conf.StateDir, err))
+	}
+	for _, r := range recs {
+		st.Attachments = append(st.Attachments, attachmentFromRecord(r))
+	}
+	if w := forwarding.RPFilterWarning(); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
+	st.Warnings = append(st.Warnings, nodetables.Warnings(conf)...)
+	return st, nil
+}
+
+// readTables compares the tables the config wants with podwire's tables
+// present on the node (one chain dump).
+func (st *nodeStatus) readTables(conf *config.NetConf) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables unusable: %w", err)
+	}
+	present, err := nft.ReadPresent(c)
+	if err != nil {
+		return fmt.Errorf("nftables unusable: %w", err)
+	}
+	seen := map[nft.ID]bool{}
+	for _, t := range wantTables(conf) {
+		id := t.ID()
+		seen[id] = true
+		ts := tableStatus{Name: id.String(), Hash: t.Hash(), Wanted: true, Present: present[id] != nil, Current: present.Current(t)}
+		st.Tables = append(st.Tables, ts)
+		if !ts.Current {
+			what := "missing"
+			if ts.Present {
+				what = "stale (config changed or tampered)"
+			}
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is %s: the next ADD rebuilds it", id, what))
+		}
+	}
+	for id := range present {
+		if !seen[id] {
+			st.Tables = append(st.Tables, tableStatus{Name: id.String(), Present: true})
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is obsolete: the next ADD removes it", id))
+		}
+	}
+	slices.SortFunc(st.Tables, func(a, b tableStatus) int { return strings.Compare(a.Name, b.Name) })
+	return nil
+}
+
+// readLinks reads the node bridge and the uplink.
+func (st *nodeStatus) readLinks(conf *config.NetConf) {
+	st.Bridge = linkStatus{Name: conf.Bridge}
+	links, _ := netlink.LinkList()
+	if br, err := netlink.LinkByName(conf.Bridge); err == nil {
+		st.Bridge.Present = true
+		st.Bridge.Up = br.Attrs().Flags&1 != 0
+		st.Bridge.Ours = br.Attrs().Alias == vlanbridge.Alias
+		if b, ok := br.(*netlink.Bridge); ok && b.VlanFiltering != nil {
+			st.Bridge.VLANFiltering = *b.VlanFiltering
+		}
+		for _, l := range links {
+			if l.Attrs().MasterIndex == br.Attrs().Index && l.Attrs().Name != conf.Uplink {
+				st.Bridge.Ports++
+			}
+		}
+	}
+	if conf.Uplink == "" {
+		return
+	}
+	st.Uplink = &linkStatus{Name: conf.Uplink}
+	up, err := netlink.LinkByName(conf.Uplink)
+	if err != nil {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("uplink %q missing: VLAN pods cannot be wired (STATUS reports 50)", conf.Uplink))
+		return
+	}
+	st.Uplink.Present = true
+	st.Uplink.Up = up.Attrs().Flags&1 != 0
+	if m := up.Attrs().MasterIndex; m > 0 {
+		if ml, err := netlink.LinkByIndex(m); err == nil {
+			st.Uplink.Master = ml.Attrs().Name
+		}
+	}
+}
+
+func attachmentFromRecord(r *state.Record) attachmentStatus {
+	a := attachmentStatus{
+		Pod: r.PodNamespace + "/" + r.PodName, ContainerID: r.ContainerID, IfName: r.IfName,
+		HostIfName: r.HostIfName, Addresses: r.Addresses, Complete: r.Complete,
+		AnnotationSource: r.AnnotationSource, SourceCheck: r.SourceCheck, Forwarding: r.Forwarding,
+		AllowedSourcePrefixes: r.AllowedSourcePrefixes, Egress: r.Egress,
+	}
+	if r.PodName == "" {
+		a.Pod = "?"
+	}
+	for _, rt := range r.Routes {
+		a.Routes = append(a.Routes, rt.Dst)
+	}
+	if v := r.VLAN; v != nil {
+		var parts []string
+		if v.PVID != 0 {
+			parts = append(parts, "pvid "+strconv.Itoa(int(v.PVID)))
+		}
+		if len(v.Tagged) > 0 {
+			var tags []string
+			for _, t := range v.Tagged {
+				tags = append(tags, strconv.Itoa(int(t)))
+			}
+			parts = append(parts, "tagged "+strings.Join(tags, ","))
+		}
+		a.VLAN = fmt.Sprintf("%s on %s via %s (%s)", v.PodIfName, v.Bridge, v.HostVeth, strings.Join(parts, "; "))
+	}
+	return a
+}
+
+func (st *nodeStatus) print(w io.Writer) {
+	if st.Conflist != "" {
+		fmt.Fprintf(w, "conflist:  %s\n", st.Conflist)
+	}
+	fmt.Fprintf(w, "state dir: %s\n\ntables:\n", st.StateDir)
+	if len(st.Tables) == 0 {
+		fmt.Fprintln(w, "  (none wanted by the config)")
+	}
+	for _, t := range st.Tables {
+		state := "current"
+		switch {
+		case !t.Wanted:
+			state = "obsolete"
+		case !t.Present:
+			state = "missing"
+		case !t.Current:
+			state = "stale"
+		}
+		fmt.Fprintf(w, "  %-28s %-8s %s\n", t.Name, state, t.Hash)
+	}
+	fmt.Fprintf(w, "\nbridge %s: %s\n", st.Bridge.Name, describeLink(st.Bridge))
+	if st.Uplink != nil {
+		fmt.Fprintf(w, "uplink %s: %s\n", st.Uplink.Name, describeLink(*st.Uplink))
+	}
+	fmt.Fprintf(w, "\nattachments: %d\n", len(st.Attachments))
+	for _, a := range st.Attachments {
+		var flags []string
+		if !a.Complete {
+			flags = append(flags, "INCOMPLETE")
+		}
+		if a.Forwarding {
+			flags = append(flags, "forwarding")
+		}
+		if a.SourceCheck {
+			flags = append(flags, "source-check")
+		}
+		for _, p := range a.AllowedSourcePrefixes {
+			flags = append(flags, "allow "+p.String())
+		}
+		for _, p := range a.Routes {
+			flags = append(flags, "route "+p.String())
+		}
+		if a.Egress {
+			flags = append(flags, "egress-snat")
+		}
+		var addrs []string
+		for _, ad := range a.Addresses {
+			addrs = append(addrs, ad.String())
+		}
+		cid := a.ContainerID
+		if len(cid) > 12 {
+			cid = cid[:12]
+		}
+		fmt.Fprintf(w, "  %s  %s %s host=%s %s [%s]\n", a.Pod, cid, a.IfName, a.HostIfName, strings.Join(addrs, ","), strings.Join(flags, " "))
+		if a.VLAN != "" {
+			fmt.Fprintf(w, "      vlan: %s\n", a.VLAN)
+		}
+	}
+	fmt.Fprintf(w, "\nwarnings: %d\n", len(st.Warnings))
+	for _, wr := range st.Warnings {
+		fmt.Fprintf(w, "  ! %s\n", wr)
+	}
+}
+
+func describeLink(l linkStatus) string {
+	if !l.Present {
+		return "absent"
+	}
+	var parts []string
+	if l.Up {
+		parts = append(parts, "up")
+	} else {
+		parts = append(parts, "down")
+	}
+	if l.Ours {
+		parts = append(parts, "podwire's")
+	}
+	if l.VLANFiltering {
+		parts = append(parts, "vlan_filtering")
+	}
+	if l.Ports > 0 {
+		parts = append(parts, fmt.Sprintf("%d pod ports", l.Ports))
+	}
+	if l.Master != "" {
+		parts = append(parts, "enslaved to "+l.Master)
+	}
+	return strings.Join(parts, ", ")
+}
