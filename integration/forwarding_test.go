@@ -248,7 +248,9 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 			if err := f.check(); err == nil || !strings.Contains(err.Error(), "198.51.100.0/24") {
 				t.Fatalf("CHECK with the route removed: %v", err)
 			}
-			n.do(func() error { return run("ip", "route", "add", "198.51.100.0/24", "via", f.v4.String(), "dev", f.hostIf(), "onlink") })
+			n.do(func() error {
+				return run("ip", "route", "add", "198.51.100.0/24", "via", f.v4.String(), "dev", f.hostIf(), "onlink")
+			})
 			n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf."+f.hostIf()+".rp_filter", "2"); return err })
 			if err := f.check(); err == nil || !strings.Contains(err.Error(), "rp_filter") {
 				t.Fatalf("CHECK with host rp_filter 2: %v", err)
