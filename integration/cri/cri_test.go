@@ -217,6 +217,7 @@ func TestPodLifecycle(t *testing.T) {
 	checkNothingLeft(ctx, t, n)
 	if withPodwire {
 		checkPodwireLeftovers(t, n)
+		checkUninstall(ctx, t, n, conflist)
 	}
 }
 

@@ -1,16 +1,19 @@
 package cri
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
 
+	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -184,4 +187,77 @@ func checkStatusCLI(t *testing.T, n *node, conflist string, want map[string]bool
 		}
 	}
 	t.Logf("podwire status: %d tables, %d attachments, warnings %q", len(st.Tables), len(st.Attachments), st.Warnings)
+}
+
+// checkUninstall runs `podwire uninstall` in the node namespace and checks
+// that it reverses the install: the conflist is the primary's again, the
+// binary, podwire's tables and state are gone, and a new pod gets the
+// primary's network without podwire.
+func checkUninstall(ctx context.Context, t *testing.T, n *node, conflist string) {
+	t.Helper()
+	bin := filepath.Join(n.binDir, "podwire")
+	out, err := exec.Command("nsenter", "--net="+n.netns.Path(), "--",
+		bin, "uninstall", "--bin-dir", n.binDir, "--conflist", conflist).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podwire uninstall: %v\n%s", err, out)
+	}
+	t.Logf("podwire uninstall:\n%s", out)
+	if _, err := os.Stat(bin); !os.IsNotExist(err) {
+		t.Errorf("binary %s still there after uninstall: %v", bin, err)
+	}
+	data, err := os.ReadFile(conflist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, has, err := install.Entry(data); err != nil || has {
+		t.Errorf("conflist still chains podwire after uninstall (err %v):\n%s", err, data)
+	}
+	if _, err := os.Stat(n.stateDir()); !os.IsNotExist(err) {
+		t.Errorf("state dir %s still there after uninstall: %v", n.stateDir(), err)
+	}
+	if tables := n.podwireTables(t); len(tables) > 0 {
+		t.Errorf("podwire tables left in the node netns after uninstall: %v", tables)
+	}
+
+	// containerd reloads the conf dir: a new pod gets ptp alone.
+	var p *pod
+	for {
+		p, err = n.runPod(ctx, t, plainNS, "after-uninstall", nil)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond) // the conf dir reload is asynchronous
+	}
+	if err != nil {
+		t.Fatalf("RunPodSandbox after uninstall: %v", err)
+	}
+	checkPodIPs(t, p)
+	checkConnectivity(t, n, p)
+	if recs, _ := state.New(n.stateDir()).List(); len(recs) > 0 {
+		t.Errorf("podwire recorded a pod after uninstall")
+	}
+	n.removePod(ctx, t, p)
+	checkNothingLeft(ctx, t, n)
+}
+
+// podwireTables lists podwire's nftables tables in the node namespace.
+func (n *node) podwireTables(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	if err := n.netns.Do(func(ns.NetNS) error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		tables, err := c.ListTables()
+		for _, tb := range tables {
+			if strings.HasPrefix(tb.Name, "podwire") {
+				names = append(names, tb.Name)
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("failed to list the node's tables: %v", err)
+	}
+	return names
 }
