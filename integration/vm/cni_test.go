@@ -71,6 +71,11 @@ func newNode(t *testing.T, podwire map[string]any) *node {
 	dirs := pluginDirs(t)
 	n := &node{t: t, ns: newNS(t), dir: t.TempDir(), podwire: podwire}
 	n.cni = libcni.NewCNIConfigWithCacheDir(dirs, filepath.Join(n.dir, "cache"), nil)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("podwire log:\n%s", n.log())
+		}
+	})
 	return n
 }
 

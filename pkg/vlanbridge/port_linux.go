@@ -19,7 +19,9 @@ type Port struct {
 	// Netns is the pod's netns path; PodIfName the pod end's name there.
 	Netns     string
 	PodIfName string
-	VLANs     PortVLANs
+	// MAC of the pod end; nil leaves the kernel's random one.
+	MAC   net.HardwareAddr
+	VLANs PortVLANs
 	// MTU in bytes of both ends; 0 leaves the kernel default.
 	MTU int
 	// IPs are static addresses of the pod end (address with prefix length).
@@ -59,7 +61,7 @@ func CreatePort(br *netlink.Bridge, p *Port) (*Created, error) {
 	}
 	defer podNS.Close()
 	veth := &netlink.Veth{LinkAttrs: netlink.NewLinkAttrs(), PeerName: p.PodIfName, PeerNamespace: netlink.NsFd(int(podNS.Fd()))}
-	veth.Name, veth.MTU = p.HostVeth, p.MTU
+	veth.Name, veth.MTU, veth.PeerHardwareAddr = p.HostVeth, p.MTU, p.MAC
 	if err := netlink.LinkAdd(veth); err != nil {
 		return nil, fmt.Errorf("failed to create veth %q (pod end %q): %w", p.HostVeth, p.PodIfName, err)
 	}
@@ -188,6 +190,9 @@ func CheckPort(br *netlink.Bridge, p *Port) error {
 		}
 		if p.MTU != 0 && l.Attrs().MTU != p.MTU {
 			return fmt.Errorf("pod interface %q has MTU %d, want %d", p.PodIfName, l.Attrs().MTU, p.MTU)
+		}
+		if p.MAC != nil && l.Attrs().HardwareAddr.String() != p.MAC.String() {
+			return fmt.Errorf("pod interface %q has MAC %s, want %s", p.PodIfName, l.Attrs().HardwareAddr, p.MAC)
 		}
 		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {

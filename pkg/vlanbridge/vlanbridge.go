@@ -13,6 +13,7 @@ package vlanbridge
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"slices"
 )
 
@@ -30,6 +31,16 @@ const hostVethPrefix = "pwv"
 func HostVethName(containerID, ifName string) string {
 	sum := sha256.Sum256([]byte(containerID + "/" + ifName))
 	return hostVethPrefix + hex.EncodeToString(sum[:6])
+}
+
+// PodMAC is the deterministic MAC of an attachment's pod interface: a
+// locally administered unicast address (02:...) with 5 bytes of
+// SHA-256("mac/" containerID "/" ifName). Known from the record before the
+// veth exists, so the bridge port check pins it from the first frame the pod
+// sends (its gratuitous ARP) on, and CHECK can compare it.
+func PodMAC(containerID, ifName string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("mac/" + containerID + "/" + ifName))
+	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
 }
 
 // Runs groups VLAN IDs into inclusive ranges of consecutive IDs, sorted and

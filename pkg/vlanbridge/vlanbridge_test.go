@@ -58,3 +58,13 @@ func TestPortCheckElements(t *testing.T) {
 		t.Errorf("table hash is not stable: %s != %s", h1, h2)
 	}
 }
+
+func TestPodMAC(t *testing.T) {
+	m := PodMAC("0123456789abcdef", "eth0")
+	if len(m) != 6 || m[0] != 0x02 {
+		t.Errorf("PodMAC = %s, want a locally administered unicast MAC", m)
+	}
+	if m.String() != PodMAC("0123456789abcdef", "eth0").String() || m.String() == PodMAC("0123456789abcdef", "eth1").String() {
+		t.Error("PodMAC is not deterministic per attachment")
+	}
+}

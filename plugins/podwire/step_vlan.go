@@ -53,6 +53,7 @@ func (vlanStep) plan(a *attachment) error {
 		Bridge:    a.conf.Bridge,
 		HostVeth:  vlanbridge.HostVethName(a.args.ContainerID, a.args.IfName),
 		PodIfName: ifName,
+		MAC:       vlanbridge.PodMAC(a.args.ContainerID, a.args.IfName).String(),
 		PVID:      pvid,
 		Tagged:    tagged,
 		Uplink:    a.conf.Uplink,
@@ -92,7 +93,8 @@ func (vlanStep) plan(a *attachment) error {
 
 // port is the vlanbridge description of the attachment v in netns.
 func port(v *state.VLANAttachment, netns string) *vlanbridge.Port {
-	return &vlanbridge.Port{
+	mac, _ := net.ParseMAC(v.MAC)
+	return &vlanbridge.Port{MAC: mac,
 		Bridge: v.Bridge, HostVeth: v.HostVeth, Netns: netns, PodIfName: v.PodIfName,
 		VLANs: vlanbridge.PortVLANs{PVID: v.PVID, Tagged: v.Tagged}, MTU: v.MTU, IPs: v.IPs,
 	}
@@ -111,7 +113,6 @@ func (vlanStep) add(a *attachment) error {
 	if err != nil {
 		return err
 	}
-	v.MAC = c.PodMAC
 	a.res.Interfaces = append(a.res.Interfaces,
 		&current.Interface{Name: v.HostVeth, Mac: c.HostMAC},
 		&current.Interface{Name: v.PodIfName, Mac: c.PodMAC, Sandbox: a.args.Netns})
