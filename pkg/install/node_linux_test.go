@@ -29,7 +29,12 @@ func inNodeNS(t *testing.T, f func()) {
 	}
 	defer func() {
 		nodeNS.Close()
-		testutils.UnmountNS(nodeNS)
+		if err := testutils.UnmountNS(nodeNS); err != nil {
+			t.Errorf("failed to remove the node netns: %v", err)
+		}
+		if _, err := os.Stat(nodeNS.Path()); !os.IsNotExist(err) {
+			t.Errorf("node netns %s left behind: %v", nodeNS.Path(), err)
+		}
 	}()
 	if err := nodeNS.Do(func(ns.NetNS) error { f(); return nil }); err != nil {
 		t.Fatal(err)
