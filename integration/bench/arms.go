@@ -52,6 +52,13 @@ var armKinds = []string{"A", "B", "C", "D", "E", "F", "G"}
 
 // newArm returns arm kind bound to node n, with its conflist.
 func newArm(kind string, n *node, subnet int) (*arm, error) {
+	return newArmNamed(kind, n, subnet, "bench-"+kind)
+}
+
+// newArmNamed is newArm with the network name given: arms of one name on a
+// node share host-local's lease directory (whose cost grows with the leases
+// in it), so that A and E on a scaling node pay host-local alike.
+func newArmNamed(kind string, n *node, subnet int, name string) (*arm, error) {
 	a := &arm{key: kind, subnet: subnet, node: n, extra: func(*node) []any { return nil }}
 	switch kind {
 	case "A":
@@ -89,7 +96,7 @@ func newArm(kind string, n *node, subnet int) (*arm, error) {
 	}
 	list := map[string]any{
 		"cniVersion": "1.1.0",
-		"name":       "bench-" + kind,
+		"name":       name,
 		"plugins": append([]any{map[string]any{
 			"type": "ptp",
 			"mtu":  1500,

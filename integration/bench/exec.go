@@ -16,7 +16,8 @@ import (
 // CNI_* environment and the config (with prevResult) on stdin.
 type invocation struct {
 	dur    time.Duration
-	maxRSS int64 // KiB, wait4's ru_maxrss of the plugin process
+	cpu    time.Duration // user + system time of the plugin process
+	maxRSS int64         // KiB, wait4's ru_maxrss of the plugin process
 	out    []byte
 }
 
@@ -67,6 +68,7 @@ func (n *node) execPlugin(bin, verb string, p *pod, entry map[string]any, cniPat
 		}
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			inv.maxRSS = ru.Maxrss
+			inv.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		}
 		inv.out = stdout.Bytes()
 		return nil

@@ -40,6 +40,7 @@ type options struct {
 	out        string
 	strace     bool
 	rev        string
+	traceDir   string
 }
 
 // bench holds the run's setup and results.
@@ -63,11 +64,12 @@ func main() {
 	flag.IntVar(&o.rounds, "n", 30, "measured rounds per comparison (pods per arm)")
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured rounds first")
 	flag.StringVar(&levels, "levels", "0,100,1000", "existing podwire pods for the scaling runs")
-	flag.Float64Var(&o.ppsSeconds, "pps-seconds", 2, "seconds per UDP burst")
-	flag.IntVar(&o.ppsBursts, "pps-bursts", 3, "UDP bursts per arm")
+	flag.Float64Var(&o.ppsSeconds, "pps-seconds", 1.5, "seconds per UDP burst")
+	flag.IntVar(&o.ppsBursts, "pps-bursts", 4, "UDP bursts per arm")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "report to write")
 	flag.BoolVar(&o.strace, "strace", false, "also profile one podwire ADD/DEL per scaling level with strace -c -f")
 	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
+	flag.StringVar(&o.traceDir, "trace-dir", "", "with -strace: also keep strace -f -tt -T timelines of one podwire ADD/DEL per level here")
 	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
 	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")
 	benchBin := flag.String("bench-bin", ".cache/bench-bin", "dir holding the passthrough plugin")

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
@@ -181,72 +182,94 @@ func newPod(a *arm, seq int) (*pod, error) {
 	return &pod{ns: podNS, list: a.list, rt: rt}, nil
 }
 
-// add runs ADD through the chain in the node netns and returns its latency.
-func (n *node) add(p *pod) (time.Duration, error) {
+// cost is what one operation took: wall time, and the CPU time (user +
+// system) of every plugin process it ran, from getrusage(RUSAGE_CHILDREN)
+// before and after (plugins and their IPAM children are waited for, so
+// their CPU time lands there; the bench itself runs one operation at a time).
+type cost struct {
+	wall, cpu time.Duration
+}
+
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timed runs f and returns its cost.
+func timed(f func() error) (cost, error) {
+	c0, t0 := childrenCPU(), time.Now()
+	err := f()
+	return cost{wall: time.Since(t0), cpu: childrenCPU() - c0}, err
+}
+
+// add runs ADD through the chain in the node netns and returns its cost.
+func (n *node) add(p *pod) (cost, error) {
 	var res types.Result
-	var d time.Duration
+	var c cost
 	err := n.ns.Do(func(ns.NetNS) error {
-		t0 := time.Now()
 		var err error
-		res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
-		d = time.Since(t0)
+		c, err = timed(func() error {
+			var err error
+			res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
+			return err
+		})
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("ADD %s on %s: %w", p.list.Name, n.name, err)
+		return c, fmt.Errorf("ADD %s on %s: %w", p.list.Name, n.name, err)
 	}
 	if p.result, err = current.NewResultFromResult(res); err != nil {
-		return 0, err
+		return c, err
 	}
-	return d, nil
+	return c, nil
 }
 
 // del runs DEL through the chain (libcni sends the cached prevResult).
-func (n *node) del(p *pod) (time.Duration, error) {
-	var d time.Duration
+func (n *node) del(p *pod) (cost, error) {
+	var c cost
 	err := n.ns.Do(func(ns.NetNS) error {
-		t0 := time.Now()
-		err := n.cni.DelNetworkList(context.Background(), p.list, p.rt)
-		d = time.Since(t0)
+		var err error
+		c, err = timed(func() error { return n.cni.DelNetworkList(context.Background(), p.list, p.rt) })
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("DEL %s on %s: %w", p.list.Name, n.name, err)
+		return c, fmt.Errorf("DEL %s on %s: %w", p.list.Name, n.name, err)
 	}
-	return d, nil
+	return c, nil
 }
 
 // addDel makes a pod, times its ADD and DEL and removes its netns.
-func (n *node) addDel(a *arm, seq int) (add, del time.Duration, err error) {
+func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
 	p, err := newPod(a, seq)
 	if err != nil {
-		return 0, 0, err
+		return add, del, err
 	}
 	defer p.closeNS()
 	if add, err = n.add(p); err != nil {
 		_, _ = n.del(p)
-		return 0, 0, err
+		return add, del, err
 	}
-	if del, err = n.del(p); err != nil {
-		return 0, 0, err
-	}
-	return add, del, nil
+	del, err = n.del(p)
+	return add, del, err
 }
 
 // keep makes a pod through arm a and keeps it (an existing pod).
-func (n *node) keep(a *arm, seq int) (time.Duration, *pod, error) {
+func (n *node) keep(a *arm, seq int) (cost, *pod, error) {
 	p, err := newPod(a, seq)
 	if err != nil {
-		return 0, nil, err
+		return cost{}, nil, err
 	}
-	d, err := n.add(p)
+	c, err := n.add(p)
 	if err != nil {
 		_, _ = n.del(p)
 		p.closeNS()
-		return 0, nil, err
+		return c, nil, err
 	}
 	n.pods = append(n.pods, p)
-	return d, p, nil
+	return c, p, nil
 }
 
 func randHex(nbytes int) string {

@@ -8,9 +8,16 @@ import (
 	"time"
 )
 
-// opStats are the ADD and DEL latencies of one arm.
+// opStats are the ADD and DEL latencies of one arm, and the CPU time of
+// the plugin processes.
 type opStats struct {
-	add, del samples
+	add, del       samples
+	addCPU, delCPU samples
+}
+
+func (s *opStats) put(add, del cost) {
+	s.add, s.del = append(s.add, add.wall), append(s.del, del.wall)
+	s.addCPU, s.delCPU = append(s.addCPU, add.cpu), append(s.delCPU, del.cpu)
 }
 
 // latency compares the arms A..G, each on a node of its own, round-robin:
@@ -44,8 +51,7 @@ func (b *bench) latency() error {
 				return err
 			}
 			if r >= 0 {
-				s := b.r.lat[a.key]
-				s.add, s.del = append(s.add, add), append(s.del, del)
+				b.r.lat[a.key].put(add, del)
 			}
 		}
 	}
@@ -63,7 +69,7 @@ func (b *bench) latency() error {
 
 // directStats are the plugin-alone figures of one binary.
 type directStats struct {
-	add, del       samples
+	opStats
 	rssAdd, rssDel []int64 // KiB
 }
 
@@ -120,7 +126,7 @@ func (b *bench) direct() error {
 			p.closeNS()
 			if r >= 0 {
 				s := b.r.direct[pl.name]
-				s.add, s.del = append(s.add, ai.dur), append(s.del, di.dur)
+				s.put(cost{ai.dur, ai.cpu}, cost{di.dur, di.cpu})
 				s.rssAdd, s.rssDel = append(s.rssAdd, ai.maxRSS), append(s.rssDel, di.maxRSS)
 			}
 		}
@@ -134,8 +140,8 @@ type levelStats struct {
 	a         opStats // ptp + host-local alone, on the same node
 	e         opStats // the podwire chain, steady state
 	first     opStats // the podwire chain, tables deleted before ADD
-	pwAdd     samples // podwire run directly, steady state
-	pwDel     samples
+	pw        opStats // podwire run directly, steady state
+	dumps     *dumpCosts
 	straceAdd string
 	straceDel string
 }
@@ -156,7 +162,9 @@ func (b *bench) scaling() error {
 		if err != nil {
 			return err
 		}
-		a, err := newArm("A", n, 60+i)
+		// A shares E's network name and pool: host-local's cost grows
+		// with the leases of the network, and that is not podwire's.
+		a, err := newArmNamed("A", n, 70+i, "bench-E")
 		if err != nil {
 			return err
 		}
@@ -176,7 +184,7 @@ func (b *bench) scaling() error {
 			if err != nil {
 				return fmt.Errorf("existing pod %d on %s: %w", i, l.n.name, err)
 			}
-			curve = append(curve, d)
+			curve = append(curve, d.wall)
 			if (i+1)%250 == 0 {
 				b.progress("%s: %d existing pods", l.n.name, i+1)
 			}
@@ -195,7 +203,7 @@ func (b *bench) scaling() error {
 		for _, l := range rotate(lv, r) {
 			for _, op := range rotate(ops, r) {
 				seq++
-				var add, del time.Duration
+				var add, del cost
 				var err error
 				switch op {
 				case "A":
@@ -218,18 +226,22 @@ func (b *bench) scaling() error {
 				s := l.stats
 				switch op {
 				case "A":
-					s.a.add, s.a.del = append(s.a.add, add), append(s.a.del, del)
+					s.a.put(add, del)
 				case "E":
-					s.e.add, s.e.del = append(s.e.add, add), append(s.e.del, del)
+					s.e.put(add, del)
 				case "first":
-					s.first.add, s.first.del = append(s.first.add, add), append(s.first.del, del)
+					s.first.put(add, del)
 				case "direct":
-					s.pwAdd, s.pwDel = append(s.pwAdd, add), append(s.pwDel, del)
+					s.pw.put(add, del)
 				}
 			}
 		}
 	}
 	for _, l := range lv {
+		var err error
+		if l.stats.dumps, err = l.n.probeDumps(); err != nil {
+			return err
+		}
 		if b.opt.strace {
 			if err := l.n.stracePodwire(b, l.a, l.stats, cniPath); err != nil {
 				return err
@@ -246,12 +258,12 @@ func (b *bench) scaling() error {
 
 // directPodwire makes a pod with ptp (untimed) and times podwire's ADD and
 // DEL run directly with ptp's result as prevResult.
-func (n *node) directPodwire(b *bench, a *arm, seq int, cniPath string, wrap []string) (add, del time.Duration, err error) {
+func (n *node) directPodwire(b *bench, a *arm, seq int, cniPath string, wrap []string) (add, del cost, err error) {
 	ai, di, err := n.directPodwireInv(b, a, seq, cniPath, wrap)
 	if err != nil {
-		return 0, 0, err
+		return add, del, err
 	}
-	return ai.dur, di.dur, nil
+	return cost{ai.dur, ai.cpu}, cost{di.dur, di.cpu}, nil
 }
 
 func (n *node) directPodwireInv(b *bench, a *arm, seq int, cniPath string, wrap []string) (ai, di *invocation, err error) {
@@ -304,6 +316,26 @@ func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) er
 			s.straceDel = string(data)
 		}
 	}
+	if b.opt.traceDir != "" {
+		// A second pod: the timeline of a steady-state ADD and its DEL.
+		q, err := newPod(a, 999998)
+		if err != nil {
+			return err
+		}
+		defer q.closeNS()
+		if _, err := n.add(q); err != nil {
+			return err
+		}
+		for _, verb := range []string{"ADD", "DEL"} {
+			out := filepath.Join(b.opt.traceDir, fmt.Sprintf("%d-%s.strace", s.existing, verb))
+			if _, err := n.execPlugin(b.podwireBin, verb, q, entry, cniPath, []string{"strace", "-f", "-tt", "-T", "-o", out}); err != nil {
+				return err
+			}
+		}
+		if _, err := n.del(q); err != nil {
+			return err
+		}
+	}
 	_, err = n.del(p)
 	return err
 }
@@ -312,57 +344,47 @@ func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) er
 type ppsArm struct {
 	label   string
 	pods    int // podwire pods on the node
-	s, r    *pod
-	n       *node
-	rx, tx  []float64
 	checked bool
+	s, r    *pod
+	rx, tx  []float64
 }
 
 // throughput streams UDP between two pods through the node, round-robin
-// over: a node without podwire, the smallest and the biggest scaling node.
+// over the smallest and the biggest scaling node and, on each, two pods of
+// the podwire chain (checked) and two pods of ptp alone (their host
+// interfaces are not in the checked set: one lookup): so the cost of the
+// check at 1000 pods is told apart from that of a node with 1000 pods.
 func (b *bench) throughput() error {
-	ref, err := b.newNode("pps-ref")
-	if err != nil {
-		return err
-	}
-	refArm, err := newArm("A", ref, 90)
-	if err != nil {
-		return err
-	}
 	var arms []*ppsArm
-	mk := func(label string, n *node, a *arm, pods int, checked bool) error {
-		_, s, err := n.keep(a, 900001)
-		if err != nil {
-			return err
-		}
-		_, r, err := n.keep(a, 900002)
-		if err != nil {
-			return err
-		}
-		arms = append(arms, &ppsArm{label: label, n: n, s: s, r: r, pods: pods, checked: checked})
+	sn := b.r.scaleNodes
+	if len(sn) == 0 {
 		return nil
 	}
-	if err := mk("ptp only, no podwire tables", ref, refArm, 0, false); err != nil {
-		return err
+	idx := []int{0}
+	if len(sn) > 1 {
+		idx = append(idx, len(sn)-1)
 	}
-	sn := b.r.scaleNodes
-	if len(sn) > 0 {
-		small, big := sn[0], sn[len(sn)-1]
-		smallE, err := newArm("E", small, 70)
-		if err != nil {
-			return err
-		}
-		if err := mk("podwire source check", small, smallE, b.opt.levels[0]+2, true); err != nil {
-			return err
-		}
-		if big != small {
-			bigE, err := newArm("E", big, 70+len(sn)-1)
+	for _, i := range idx {
+		n := sn[i]
+		pods := b.opt.levels[i] + 2
+		for _, checked := range []bool{false, true} {
+			kind, label := "A", "ptp pods (not checked)"
+			if checked {
+				kind, label = "E", "podwire pods (source check)"
+			}
+			a, err := newArmNamed(kind, n, 70+i, "bench-E")
 			if err != nil {
 				return err
 			}
-			if err := mk("podwire source check", big, bigE, b.opt.levels[len(sn)-1]+2, true); err != nil {
+			_, s, err := n.keep(a, 900001)
+			if err != nil {
 				return err
 			}
+			_, r, err := n.keep(a, 900002)
+			if err != nil {
+				return err
+			}
+			arms = append(arms, &ppsArm{label: label, pods: pods, checked: checked, s: s, r: r})
 		}
 	}
 	d := time.Duration(b.opt.ppsSeconds * float64(time.Second))

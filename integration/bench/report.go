@@ -164,20 +164,23 @@ func (r *report) markdown(b *bench) string {
 	p("- Added latency of a chained plugin is `p50(X) - p50(A)`.\n\n")
 
 	p("## ADD and DEL latency per arm (ms)\n\n")
-	p("| arm | chain | ADD p50 | ADD p90 | DEL p50 | DEL p90 | added ADD p50 | added DEL p50 |\n")
-	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("Wall time, and (CPU columns) the user + system time of all plugin processes of the chain\n")
+	p("(getrusage RUSAGE_CHILDREN around the call; less sensitive to the load of the machine than wall time).\n\n")
+	p("| arm | chain | ADD p50 | ADD p90 | DEL p50 | DEL p90 | added ADD p50 | added DEL p50 | ADD CPU p50 | added ADD CPU | added DEL CPU |\n")
+	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	base := r.lat["A"]
 	for _, a := range r.arms {
 		s := r.lat[a.key]
-		addD, delD := "", ""
+		addD, delD, addC, delC := "", "", "", ""
 		if a.key != "A" {
 			addD, delD = signedMs(s.add.p50()-base.add.p50()), signedMs(s.del.p50()-base.del.p50())
+			addC, delC = signedMs(s.addCPU.p50()-base.addCPU.p50()), signedMs(s.delCPU.p50()-base.delCPU.p50())
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.key, a.label, ms(s.add.p50()), ms(s.add.p90()),
-			ms(s.del.p50()), ms(s.del.p90()), addD, delD)
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a.key, a.label, ms(s.add.p50()), ms(s.add.p90()),
+			ms(s.del.p50()), ms(s.del.p90()), addD, delD, ms(s.addCPU.p50()), addC, delC)
 	}
 	if !r.vlanOK {
-		p("| G | A + podwire, VLAN attachment | not run | | | | | |\n")
+		p("| G | A + podwire, VLAN attachment | not run | | | | | | | | |\n")
 		p("\nG not run: %s. The VLAN suite runs in a VM (`make test-vm`); a VLAN benchmark there would\n", r.vlanReason)
 		p("time QEMU's emulated CPU, not podwire.\n")
 	}
@@ -194,24 +197,32 @@ func (r *report) markdown(b *bench) string {
 		return 0
 	}
 	pw, floor, tun := added("E"), added("B"), added("C")
+	addedCPU := func(k string) float64 {
+		if s, ok := r.lat[k]; ok {
+			return s.addCPU.p50() - base.addCPU.p50()
+		}
+		return 0
+	}
+	pwC, floorC, tunC := addedCPU("E"), addedCPU("B"), addedCPU("C")
 	p("\nRatios of added ADD p50: podwire (E) / floor (B) = %s, podwire / tuning (C) = %s;\n", ratio(pw, floor), ratio(pw, tun))
-	p("forwarding pod (F) / floor = %s. Added DEL p50: podwire %s, floor %s, tuning %s, portmap %s.\n\n",
+	p("forwarding pod (F) / floor = %s. Added DEL p50: podwire %s, floor %s, tuning %s, portmap %s.\n",
 		ratio(added("F"), floor), signedMs(addedDel("E")), signedMs(addedDel("B")), signedMs(addedDel("C")), signedMs(addedDel("D")))
+	p("The same ratios on CPU time: podwire / floor = %s, podwire / tuning = %s.\n\n", ratio(pwC, floorC), ratio(pwC, tunC))
 
 	if len(r.direct) > 0 {
 		p("## The plugin alone: wall time and peak RSS\n\n")
 		p("Each binary run directly (os/exec, CNI_* environment, config with ptp's result as prevResult on stdin)\n")
 		p("in the node netns, round-robin, %d runs each; peak RSS is wait4's `ru_maxrss` of the plugin process.\n\n", b.opt.rounds)
-		p("| plugin | ADD p50 | ADD p90 | DEL p50 | DEL p90 | peak RSS ADD (median / max) | peak RSS DEL (median) |\n")
-		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("| plugin | ADD p50 | ADD p90 | DEL p50 | DEL p90 | ADD CPU p50 | DEL CPU p50 | peak RSS ADD (median / max) | peak RSS DEL (median) |\n")
+		p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, name := range r.directOrder {
 			s := r.direct[name]
 			mx := int64(0)
 			for _, v := range s.rssAdd {
 				mx = max(mx, v)
 			}
-			p("| %s | %s | %s | %s | %s | %.1f / %.1f MiB | %.1f MiB |\n", name, ms(s.add.p50()), ms(s.add.p90()),
-				ms(s.del.p50()), ms(s.del.p90()), float64(medianI(s.rssAdd))/1024, float64(mx)/1024, float64(medianI(s.rssDel))/1024)
+			p("| %s | %s | %s | %s | %s | %s | %s | %.1f / %.1f MiB | %.1f MiB |\n", name, ms(s.add.p50()), ms(s.add.p90()),
+				ms(s.del.p50()), ms(s.del.p90()), ms(s.addCPU.p50()), ms(s.delCPU.p50()), float64(medianI(s.rssAdd))/1024, float64(mx)/1024, float64(medianI(s.rssDel))/1024)
 		}
 		p("\n")
 	}
@@ -228,12 +239,26 @@ func (r *report) markdown(b *bench) string {
 		p("Round-robin over the levels and, within a level, over: ptp + host-local alone (A), the podwire chain\n")
 		p("(E), the podwire chain right after every podwire table was deleted from the node (first invocation:\n")
 		p("the tables are rebuilt and every recorded pod's elements re-added), and podwire run directly.\n\n")
-		p("| existing pods | A ADD | E ADD | E-A ADD | E DEL | E-A DEL | podwire alone ADD | podwire alone DEL | first-invocation ADD | first - steady |\n")
-		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		p("| existing pods | A ADD | E ADD | E-A ADD | A DEL | E DEL | E-A DEL | podwire alone ADD (CPU) | podwire alone DEL (CPU) | first-invocation ADD | first - steady (CPU) |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, l := range r.levels {
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.existing, ms(l.a.add.p50()), ms(l.e.add.p50()),
-				signedMs(l.e.add.p50()-l.a.add.p50()), ms(l.e.del.p50()), signedMs(l.e.del.p50()-l.a.del.p50()),
-				ms(l.pwAdd.p50()), ms(l.pwDel.p50()), ms(l.first.add.p50()), signedMs(l.first.add.p50()-l.e.add.p50()))
+			p("| %d | %s | %s | %s | %s | %s | %s | %s (%s) | %s (%s) | %s | %s (%s) |\n", l.existing, ms(l.a.add.p50()), ms(l.e.add.p50()),
+				signedMs(l.e.add.p50()-l.a.add.p50()), ms(l.a.del.p50()), ms(l.e.del.p50()), signedMs(l.e.del.p50()-l.a.del.p50()),
+				ms(l.pw.add.p50()), ms(l.pw.addCPU.p50()), ms(l.pw.del.p50()), ms(l.pw.delCPU.p50()),
+				ms(l.first.add.p50()), signedMs(l.first.add.p50()-l.e.add.p50()), signedMs(l.first.addCPU.p50()-l.e.addCPU.p50()))
+		}
+		p("\n")
+		p("What the node-table step reads on every ADD, timed by the bench in each node (median of %d, ms):\n", dumpReps)
+		p("a full IPv6 route dump (`nodetables.DefaultRouteInterfaces`, run 3 times per ADD), IPv4 and IPv6\n")
+		p("address dumps (the egress-IP-assigned check, once per egress IP per ADD), against one RTM_GETROUTE\n")
+		p("with RTM_F_FIB_MATCH for the IPv6 default route (a single answer).\n\n")
+		p("| existing pods | IPv6 routes | route dump | IPv4/IPv6 addresses | addr dump v4 | addr dump v6 | FIB-match get (dev) |\n")
+		p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, l := range r.levels {
+			if d := l.dumps; d != nil {
+				p("| %d | %d | %.2f | %d / %d | %.2f | %.2f | %.3f (%s) |\n", l.existing, d.routeCount, d.routes6,
+					d.addrCount4, d.addrCount6, d.addrs4, d.addrs6, d.fibMatch6, d.fibDev)
+			}
 		}
 		p("\n")
 		if len(r.growth) >= 200 {
@@ -250,13 +275,14 @@ func (r *report) markdown(b *bench) string {
 	if len(r.pps) > 0 {
 		p("## Throughput through the source check\n\n")
 		p("A UDP stream (%d-byte payloads, sendmmsg/recvmmsg batches of %d, Go sockets) from one pod to\n", blastPayload, blastBatch)
-		p("another through the node, %.0f s per burst after %s of warm-up, %d bursts per arm round-robin;\n", b.opt.ppsSeconds, blastWarm, b.opt.ppsBursts)
-		p("median of the bursts. Both pods are ordinary podwire pods on the podwire nodes, so every packet\n")
-		p("goes through the source-check chain (interface lookup, then `iifname . saddr` lookup).\n")
+		p("another through the node, %.1f s per burst after %s of warm-up, %d bursts per arm round-robin;\n", b.opt.ppsSeconds, blastWarm, b.opt.ppsBursts)
+		p("median of the bursts. On the smallest and the biggest scaling node, two podwire pods (every packet\n")
+		p("goes through the source check: interface lookup, then `iifname . saddr` lookup) and, as a reference,\n")
+		p("two pods of ptp alone on the same node (their host interfaces are not checked: one lookup).\n")
 		p("On 2 CPUs the sender and the receiver compete with each other and with the other work on the machine.\n\n")
-		p("| node | podwire pods | received pps | sent pps |\n| --- | ---: | ---: | ---: |\n")
+		p("| pods on the node | stream between | received pps | sent pps |\n| ---: | --- | ---: | ---: |\n")
 		for _, a := range r.pps {
-			p("| %s | %d | %.0f | %.0f |\n", a.label, a.pods, medianF(a.rx), medianF(a.tx))
+			p("| %d | %s | %.0f | %.0f |\n", a.pods, a.label, medianF(a.rx), medianF(a.tx))
 		}
 		p("\n")
 	}
@@ -265,6 +291,8 @@ func (r *report) markdown(b *bench) string {
 	p("| target | figure | verdict |\n| --- | --- | --- |\n")
 	p("| podwire's added ADD p50 <= 2x the floor's | %s vs 2 x %s ms | %s |\n", signedMs(pw), ms(floor), holds(pw <= 2*floor))
 	p("| podwire's added ADD p50 <= tuning's | %s vs %s ms | %s |\n", signedMs(pw), signedMs(tun), holds(pw <= tun))
+	p("| same on CPU time: <= 2x floor | %s vs 2 x %s ms | %s |\n", signedMs(pwC), ms(floorC), holds(pwC <= 2*floorC))
+	p("| same on CPU time: <= tuning | %s vs %s ms | %s |\n", signedMs(pwC), signedMs(tunC), holds(pwC <= tunC))
 	if len(r.levels) >= 2 {
 		l0, lN := r.levels[0], r.levels[len(r.levels)-1]
 		for _, t := range []struct {
@@ -273,8 +301,10 @@ func (r *report) markdown(b *bench) string {
 		}{
 			{"chain ADD p50", l0.e.add.p50(), lN.e.add.p50()},
 			{"chain DEL p50", l0.e.del.p50(), lN.e.del.p50()},
-			{"podwire alone ADD p50", l0.pwAdd.p50(), lN.pwAdd.p50()},
-			{"podwire alone DEL p50", l0.pwDel.p50(), lN.pwDel.p50()},
+			{"podwire alone ADD p50", l0.pw.add.p50(), lN.pw.add.p50()},
+			{"podwire alone DEL p50", l0.pw.del.p50(), lN.pw.del.p50()},
+			{"podwire alone ADD CPU p50", l0.pw.addCPU.p50(), lN.pw.addCPU.p50()},
+			{"podwire alone DEL CPU p50", l0.pw.delCPU.p50(), lN.pw.delCPU.p50()},
 		} {
 			p("| %s at %d pods within 10%% of %d pods | %s vs %s ms (%+.0f%%) | %s |\n", t.name, lN.existing, l0.existing,
 				ms(t.vN), ms(t.v0), 100*(t.vN/t.v0-1), holds(t.vN <= 1.1*t.v0))
@@ -284,10 +314,12 @@ func (r *report) markdown(b *bench) string {
 		firstN := lN.first.add.p50() - lN.e.add.p50()
 		p("| first invocation < 50 ms above steady state (%d pods) | %s ms | %s |\n", lN.existing, signedMs(firstN), holds(firstN < 50))
 	}
-	if len(r.pps) >= 3 {
-		s, g := medianF(r.pps[1].rx), medianF(r.pps[len(r.pps)-1].rx)
-		p("| throughput at %d pods >= 95%% of %d | %.0f vs %.0f pps (%.0f%%) | %s |\n", r.pps[len(r.pps)-1].pods, r.pps[1].pods,
+	if len(r.pps) == 4 {
+		s, g := medianF(r.pps[1].rx), medianF(r.pps[3].rx)
+		p("| throughput through the check at %d pods >= 95%% of %d | %.0f vs %.0f pps (%.0f%%) | %s |\n", r.pps[3].pods, r.pps[1].pods,
 			g, s, 100*g/s, holds(g >= 0.95*s))
+		us, ug := medianF(r.pps[0].rx), medianF(r.pps[2].rx)
+		p("| same, unchecked ptp pods on the same nodes (reference) | %.0f vs %.0f pps (%.0f%%) | |\n", ug, us, 100*ug/us)
 	}
 	p("\nReference anchors measured on this kind of machine earlier: floor +1.7 ms, tuning +3.0 ms, portmap\n")
 	p("(nftables) +32 ms ADD and +60 ms DEL, growing about 0.1 ms per existing pod.\n")
