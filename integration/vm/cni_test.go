@@ -193,6 +193,15 @@ func (p *pod) del() error {
 	})
 }
 
+// delNoNetns runs DEL as a runtime's second DEL: no netns.
+func (p *pod) delNoNetns() error {
+	rt := *p.rt
+	rt.NetNS = ""
+	return p.n.ns.Do(func(ns.NetNS) error {
+		return p.n.cni.DelNetworkList(context.Background(), p.list, &rt)
+	})
+}
+
 func (p *pod) check() error {
 	return p.n.ns.Do(func(ns.NetNS) error {
 		return p.n.cni.CheckNetworkList(context.Background(), p.list, p.rt)
