@@ -45,6 +45,11 @@ func cmdCheck(args *skel.CmdArgs) error {
 			if !present.Current(t) {
 				return fmt.Errorf("node table %s is missing or not current", t.ID())
 			}
+			if rl, ok := c.(nft.RuleLister); ok {
+				if err := nft.CheckRules(rl, t); err != nil {
+					return err
+				}
+			}
 		}
 		if err := nft.CheckElements(c, wantTables(a.conf), recordElements(a.conf, rec)); err != nil {
 			return err

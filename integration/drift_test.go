@@ -1,0 +1,266 @@
+package integration
+
+import (
+	"context"
+	"encoding/hex"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// driftConf is relConf with egress SNAT on, so that a second podwire table
+// (inet podwire-egress, one element per pod address) drifts too.
+func driftConf() map[string]any {
+	c := relConf()
+	c["egress"] = map[string]any{"ips": []string{"203.0.113.10", "2001:db8::10"}, "exceptCIDRs": []string{"10.244.0.0/16", "fd00:244::/32"}}
+	return c
+}
+
+// driftSpec is relSpec(i) with driftConf.
+func driftSpec(i int) podSpec {
+	s := relSpec(i)
+	s.podwire = driftConf()
+	return s
+}
+
+// egressHave reads the pod source sets of inet podwire-egress (hex keys), nil
+// when the table is absent.
+func egressHave(t *testing.T, n *node) []string {
+	t.Helper()
+	c := n.nftConn()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tb := range tables {
+		if tb.Name != "podwire-egress" {
+			continue
+		}
+		for _, name := range []string{"pods4", "pods6"} {
+			s, err := c.GetSetByName(tb, name)
+			if err != nil {
+				t.Fatalf("set %s of inet podwire-egress: %v", name, err)
+			}
+			els, err := c.GetSetElements(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range els {
+				out = append(out, hex.EncodeToString(e.Key))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// egressWant is every live pod's addresses (forwarding pods too).
+func egressWant(live []relPod) []string {
+	var out []string
+	for _, rp := range live {
+		out = append(out, hex.EncodeToString(nft.AddrKey(rp.p.v4)), hex.EncodeToString(nft.AddrKey(rp.p.v6)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func driftAssert(t *testing.T, n *node, live []relPod, gone []int) {
+	t.Helper()
+	relAssertNode(t, n, live, gone)
+	if got, want := egressHave(t, n), egressWant(live); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("inet podwire-egress pod sources = %v, want %v", got, want)
+	}
+}
+
+// wantErrNaming fails unless err is an error whose text names every one of
+// names.
+func wantErrNaming(t *testing.T, what string, err error, names ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s passed, want an error naming %q", what, names)
+		return
+	}
+	for _, s := range names {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: error does not name %q: %v", what, s, err)
+		}
+	}
+}
+
+// TestDriftTablesRepaired: the ruleset flushed (`nft flush ruleset`), or one
+// of podwire's tables deleted. CHECK of every pod fails naming the table;
+// GC keeping the pods succeeds and removes nothing; the next ADD rebuilds the
+// tables with the old pods' elements (exact, with the new pod's); CHECK of
+// the old pods passes again; DEL of everything leaves nothing.
+func TestDriftTablesRepaired(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		drift func(c *nftables.Conn)
+		names []string // what CHECK must name
+	}{
+		{"flush ruleset", func(c *nftables.Conn) { c.FlushRuleset() }, []string{"inet podwire", "missing"}},
+		{"delete inet podwire", func(c *nftables.Conn) {
+			c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"})
+		}, []string{"inet podwire", "missing"}},
+		{"delete inet podwire-egress", func(c *nftables.Conn) {
+			c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire-egress"})
+		}, []string{"inet podwire-egress", "missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
+			b := relPod{p: n.mustAddPod(driftSpec(3)), i: 3, fwd: true}
+			list := a.p.list
+			driftAssert(t, n, []relPod{a, b}, nil)
+
+			c := n.nftConn()
+			tc.drift(c)
+			if err := c.Flush(); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			wantErrNaming(t, "CHECK of an ordinary pod after "+tc.name, a.p.check(), tc.names...)
+			wantErrNaming(t, "CHECK of a forwarding pod after "+tc.name, b.p.check(), tc.names...)
+			if err := n.gc(list, a.p, b.p); err != nil {
+				t.Errorf("GC keeping both pods after %s: %v", tc.name, err)
+			}
+			if got := len(n.records()); got != 2 {
+				t.Errorf("GC keeping both pods left %d records, want 2", got)
+			}
+
+			cp := relPod{p: n.mustAddPod(driftSpec(2)), i: 2}
+			driftAssert(t, n, []relPod{a, b, cp}, nil)
+			for _, rp := range []relPod{a, b, cp} {
+				if err := rp.p.check(); err != nil {
+					t.Errorf("CHECK of pod %d after the repairing ADD: %v", rp.i, err)
+				}
+			}
+			for _, rp := range []relPod{a, b, cp} {
+				if err := rp.p.del(); err != nil {
+					t.Errorf("DEL of pod %d: %v", rp.i, err)
+				}
+			}
+			driftAssert(t, n, nil, []int{3})
+		})
+	}
+}
+
+// TestDriftHostVethDeleted: someone deletes the pods' host veths (the
+// primary plugin's links podwire keys its elements and routes on). CHECK
+// fails naming the veth; GC keeping one pod removes the other's record and
+// elements; DEL of the other succeeds although its veth and route are gone.
+func TestDriftHostVethDeleted(t *testing.T) {
+	n := newNode(t)
+	a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
+	b := relPod{p: n.mustAddPod(driftSpec(3)), i: 3, fwd: true}
+	ha, hb := a.p.hostIf(), b.p.hostIf()
+	n.do(func() error {
+		for _, h := range []string{ha, hb} {
+			l, err := netlink.LinkByName(h)
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkDel(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// Through the whole chain ptp's CHECK fails first (eth0 went with the
+	// pair); podwire's own CHECK, with the cached result, names the veth.
+	for _, rp := range []relPod{a, b} {
+		if err := rp.p.check(); err == nil {
+			t.Errorf("CHECK of pod %d through the chain passed without its host veth", rp.i)
+		}
+		wantErrNaming(t, "podwire's CHECK without the host veth", podwireCheck(rp.p), rp.p.hostIf())
+	}
+	b.routeGone = true
+
+	if err := n.gc(a.p.list, b.p); err != nil {
+		t.Fatalf("GC keeping the forwarding pod: %v\n%s", err, relTail(n.log(), 20))
+	}
+	driftAssert(t, n, []relPod{b}, []int{1})
+	if err := b.p.del(); err != nil {
+		t.Fatalf("DEL of the forwarding pod without its veth: %v\n%s", err, relTail(n.log(), 20))
+	}
+	if err := b.p.delNoNetns(); err != nil {
+		t.Fatalf("second DEL: %v", err)
+	}
+	driftAssert(t, n, nil, []int{1, 3})
+}
+
+// TestDriftInsideTable: the table is there but its content drifted: one
+// pod element deleted, or the source-check chain's rules flushed (which
+// would silently turn the check off). CHECK fails naming the set or the
+// chain. When the next ADD restores the rules, CHECK passes again.
+func TestDriftInsideTable(t *testing.T) {
+	n := newNode(t)
+	a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
+	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"}
+
+	c := n.nftConn()
+	set, err := c.GetSetByName(tbl, "pod-v4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := nft.Concat(nft.IfNameKey(a.p.hostIf()), nft.AddrKey(a.p.v4))
+	if err := c.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("delete element: %v", err)
+	}
+	wantErrNaming(t, "CHECK after an element was deleted", a.p.check(), "pod-v4", "inet podwire")
+	if err := a.p.del(); err != nil {
+		t.Fatalf("DEL with an element already gone: %v", err)
+	}
+	relAssertNode(t, n, nil, nil)
+
+	a = relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
+	c = n.nftConn()
+	c.FlushChain(&nftables.Chain{Table: tbl, Name: "filter-prerouting"})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("flush chain: %v", err)
+	}
+	wantErrNaming(t, "CHECK after the source-check rules were flushed", a.p.check(), "filter-prerouting")
+	b := relPod{p: n.mustAddPod(driftSpec(2)), i: 2}
+	rules, err := n.nftConn().GetRules(tbl, &nftables.Chain{Table: tbl, Name: "filter-prerouting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) == 0 {
+		// Known gap: ADD looks at chain names only (one netlink read), so a
+		// flushed chain is reported by CHECK but not repaired by ADD.
+		t.Logf("the ADD after the rules were flushed did not restore them (CHECK reports it)")
+		wantErrNaming(t, "CHECK of the new pod with the rules still flushed", b.p.check(), "filter-prerouting")
+		for _, rp := range []relPod{a, b} {
+			if err := rp.p.del(); err != nil {
+				t.Errorf("DEL of pod %d: %v", rp.i, err)
+			}
+		}
+		relAssertNode(t, n, nil, nil)
+		return
+	}
+	for _, rp := range []relPod{a, b} {
+		if err := rp.p.check(); err != nil {
+			t.Errorf("CHECK of pod %d after the repairing ADD: %v", rp.i, err)
+		}
+	}
+	driftAssert(t, n, []relPod{a, b}, nil)
+}
+
+// podwireCheck runs CHECK of podwire alone (the chain without ptp), with
+// the result libcni cached for the attachment as prevResult.
+func podwireCheck(p *pod) error {
+	list := *p.list
+	list.Plugins = p.list.Plugins[len(p.list.Plugins)-1:]
+	return p.n.ns.Do(func(ns.NetNS) error {
+		return p.n.cni.CheckNetworkList(context.Background(), &list, p.rt)
+	})
+}
