@@ -194,8 +194,14 @@ boot() {
 		[ "$rc" = 124 ] && die "VM timed out after ${TIMEOUT}s without reporting an exit status"
 		die "VM did not report an exit status (did it boot?); see $console"
 	fi
+	local passed skipped
+	passed=$(grep -ac -- '^--- PASS' "$console" || true)
+	skipped=$(grep -ac -- '--- SKIP' "$console" || true)
+	if [ "$status" = 0 ] && [ "$passed" = 0 ]; then
+		die "no test ran in the VM (PODWIRE_VM_RUN='$RUN'?)"
+	fi
 	if [ "$status" = 0 ]; then
-		log "PASS ($(grep -ac -- '^--- PASS' "$console") passed, $(grep -ac -- '--- SKIP' "$console") skipped)"
+		log "PASS ($passed passed, $skipped skipped)"
 	else
 		log "FAIL: tests in the VM exited with status $status"
 	fi
