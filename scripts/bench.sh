@@ -25,6 +25,15 @@ if [ "${BENCH_STRACE:-1}" != 0 ] && command -v strace >/dev/null; then
 	strace_flag=(-strace)
 fi
 rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
+# What the measured binary holds: the tree may carry work not committed yet.
+if [ -n "$(git ls-files pkg/nodetables 2>/dev/null)" ]; then
+	nt="committed"
+elif [ -d pkg/nodetables ]; then
+	nt="present in the working tree, not committed yet"
+else
+	nt="absent"
+fi
+dirty=$(git status --porcelain -- pkg plugins 2>/dev/null | wc -l)
 
 exec "$BENCH_BIN/bench" \
 	-podwire bin/podwire \
@@ -34,4 +43,5 @@ exec "$BENCH_BIN/bench" \
 	-levels "${BENCH_LEVELS:-0,100,1000}" \
 	-out "${BENCH_OUT:-docs/benchmarks.md}" \
 	-rev "$rev" \
+	-note "node-table work (pkg/nodetables) at build time: $nt; files changed or new under pkg/ and plugins/ vs HEAD: $dirty" \
 	"${strace_flag[@]}"

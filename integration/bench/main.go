@@ -41,6 +41,7 @@ type options struct {
 	strace     bool
 	rev        string
 	traceDir   string
+	notes      []string
 }
 
 // bench holds the run's setup and results.
@@ -70,6 +71,10 @@ func main() {
 	flag.BoolVar(&o.strace, "strace", false, "also profile one podwire ADD/DEL per scaling level with strace -c -f")
 	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
 	flag.StringVar(&o.traceDir, "trace-dir", "", "with -strace: also keep strace -f -tt -T timelines of one podwire ADD/DEL per level here")
+	flag.Func("note", "a line for the report's machine section (repeatable)", func(v string) error {
+		o.notes = append(o.notes, v)
+		return nil
+	})
 	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
 	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")
 	benchBin := flag.String("bench-bin", ".cache/bench-bin", "dir holding the passthrough plugin")

@@ -86,7 +86,7 @@ func describeMachine(b *bench) []string {
 	if rev == "" {
 		rev = "unknown"
 	}
-	return []string{
+	return append([]string{
 		"date: " + time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		fmt.Sprintf("CPUs (nproc): %d, %s", runtime.NumCPU(), procField("/proc/cpuinfo", "model name")),
 		"memory: " + procField("/proc/meminfo", "MemTotal"),
@@ -94,7 +94,7 @@ func describeMachine(b *bench) []string {
 		"Go: " + runtime.Version() + " (bench), " + goPW + " (bin/podwire)",
 		"podwire revision: " + rev,
 		"nft binary (portmap's nftables backend shells out to it): " + firstLine(runCmd("nft", "--version")),
-	}
+	}, b.opt.notes...)
 }
 
 func firstLine(s string) string {
