@@ -1,15 +1,23 @@
 package integration
 
 import (
+	"bytes"
+	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/nft"
 )
@@ -294,4 +302,169 @@ func relTail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// hostileList is podwire alone with a prevResult baked into its entry (as a
+// primary plugin would have passed it), so that bad CNI_ARGS reach podwire
+// itself: through the whole chain host-local refuses them first.
+func hostileList(t *testing.T, n *node) *libcni.NetworkConfigList {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "podwire-test",
+		"plugins": []any{map[string]any{
+			"type":     "podwire",
+			"stateDir": n.stateDir(),
+			"logFile":  n.logFile(),
+			"prevResult": map[string]any{
+				"cniVersion": "1.0.0",
+				"interfaces": []any{map[string]any{"name": "vethhostile"}, map[string]any{"name": "eth0", "sandbox": "/var/run/netns/none"}},
+				"ips":        []any{map[string]any{"address": "10.244.1.77/24", "interface": 1}},
+			},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// assertNothingLeft: no record, no temporary file, lock free, no element in
+// podwire's sets and the node's links as before.
+func assertNothingLeft(t *testing.T, n *node, linksBefore int) {
+	t.Helper()
+	if recs := n.records(); len(recs) != 0 {
+		t.Errorf("state records left: %v", recs)
+	}
+	relAssertNoTemp(t, n)
+	assertLockFree(t, n)
+	if c := n.podSetCount(); c != 0 {
+		t.Errorf("%d elements in inet podwire", c)
+	}
+	n.do(func() error {
+		links, err := netlink.LinkList()
+		if len(links) != linksBefore {
+			t.Errorf("%d links in the node, %d before", len(links), linksBefore)
+		}
+		return err
+	})
+}
+
+// TestHostileCNIArgs sends malformed CNI_ARGS through libcni
+// (RuntimeConf.Args, joined "k=v;k=v"): ADD is refused with CNI error 4
+// naming CNI_ARGS, in a message of bounded size, and nothing is left.
+func TestHostileCNIArgs(t *testing.T) {
+	n := newNode(t)
+	var linksBefore int
+	n.do(func() error {
+		links, err := netlink.LinkList()
+		linksBefore = len(links)
+		return err
+	})
+	list := hostileList(t, n)
+	for _, tc := range []struct {
+		name string
+		args [][2]string
+	}{
+		{"value with =", [][2]string{{"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", "a=b"}}},
+		{"pair without =", [][2]string{{"K8S_POD_NAMESPACE;K8S_POD_NAME", "x"}}},
+		{"empty pair", [][2]string{{"K8S_POD_NAMESPACE", "default;"}}},
+		{"64 KiB malformed pair", [][2]string{{"K8S_POD_NAME", strings.Repeat("x=", 32<<10)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &libcni.RuntimeConf{ContainerID: randHex(32), NetNS: "/var/run/netns/none", IfName: "eth0",
+				Args: append([][2]string{{"IgnoreUnknown", "1"}}, tc.args...)}
+			var err error
+			n.do(func() error {
+				_, err = n.cni.AddNetworkList(context.Background(), list, rt)
+				return nil
+			})
+			if err == nil {
+				t.Fatal("ADD with malformed CNI_ARGS succeeded")
+			}
+			if code := cniCode(err); code != 4 {
+				t.Errorf("code %d, want 4 (invalid environment variables): %.300v", code, err)
+			}
+			if !strings.Contains(err.Error(), "CNI_ARGS") {
+				t.Errorf("message does not name CNI_ARGS: %.300v", err)
+			}
+			if len(err.Error()) > 1000 {
+				t.Errorf("message of %d bytes echoes the input", len(err.Error()))
+			}
+			assertNothingLeft(t, n, linksBefore)
+		})
+	}
+}
+
+// TestHostileContainerIDs runs the podwire binary directly (libcni refuses
+// such IDs before any plugin) with container IDs and interface names a
+// runtime must never send: path traversal, shell syntax, spaces, non-ASCII,
+// over-long names, none at all. Every verb refuses with CNI error 4
+// and nothing is made in stateDir or the node.
+func TestHostileContainerIDs(t *testing.T) {
+	n := newNode(t)
+	var linksBefore int
+	n.do(func() error {
+		links, err := netlink.LinkList()
+		linksBefore = len(links)
+		return err
+	})
+	// The plugin entry as libcni would send it: name and cniVersion added.
+	var m map[string]any
+	if err := json.Unmarshal(hostileList(t, n).Plugins[0].Bytes, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["name"], m["cniVersion"] = "podwire-test", "1.0.0"
+	conf, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, cid, ifname string
+		code              uint
+	}{
+		{"traversal", "../../../etc/podwire", "eth0", 4},
+		{"slash", "abc/def", "eth0", 4},
+		{"shell", "$(reboot)", "eth0", 4},
+		{"space", "abc def", "eth0", 4},
+		{"newline", "abc\ndef", "eth0", 4},
+		{"leading dash", "-rf", "eth0", 4},
+		{"non-ASCII", "cafébabe", "eth0", 4},
+		{"percent", "abc%2F..%2Fx", "eth0", 4},
+		{"empty", "", "eth0", 4},
+		{"ifname traversal", randHex(8), "../eth0", 4},
+		{"ifname colon", randHex(8), "eth0:1", 4},
+		{"ifname too long", randHex(8), "eth0-much-too-long", 4},
+		{"ifname dot-dot", randHex(8), "..", 4},
+	} {
+		for _, verb := range []string{"ADD", "CHECK", "DEL"} {
+			t.Run(tc.name+"/"+verb, func(t *testing.T) {
+				c := exec.Command(podwireBin)
+				c.Env = []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + tc.cid, "CNI_NETNS=/var/run/netns/none",
+					"CNI_IFNAME=" + tc.ifname, "CNI_PATH=" + cniBinDir, "CNI_ARGS=IgnoreUnknown=1"}
+				c.Stdin = bytes.NewReader(conf)
+				var out []byte
+				var runErr error
+				n.do(func() error {
+					out, runErr = c.Output()
+					return nil
+				})
+				if runErr == nil {
+					t.Fatalf("%s with container ID %q ifname %q succeeded: %s", verb, tc.cid, tc.ifname, out)
+				}
+				te := &types.Error{}
+				if err := json.Unmarshal(out, te); err != nil {
+					t.Fatalf("no CNI error on stdout: %v: %q", runErr, out)
+				}
+				if te.Code != tc.code {
+					t.Errorf("code %d, want %d: %v", te.Code, tc.code, te)
+				}
+				assertNothingLeft(t, n, linksBefore)
+			})
+		}
+	}
 }

@@ -45,13 +45,25 @@ func IdentityFromArgs(args string) (Identity, error) {
 	a.IgnoreUnknown = true
 	if err := types.LoadArgs(args, &a); err != nil {
 		return Identity{}, types.NewError(types.ErrInvalidEnvironmentVariables,
-			fmt.Sprintf("invalid CNI_ARGS %q", args), err.Error())
+			fmt.Sprintf("invalid CNI_ARGS %q", clip(args)), clip(err.Error()))
 	}
 	return Identity{
 		Namespace: string(a.K8S_POD_NAMESPACE),
 		Name:      string(a.K8S_POD_NAME),
 		UID:       string(a.K8S_POD_UID),
 	}, nil
+}
+
+// maxEcho bounds how much of a bad input an error message repeats: CNI_ARGS
+// may be up to 128 KiB, and the runtime logs and events carry the message.
+const maxEcho = 200
+
+// clip shortens s to maxEcho bytes for an error message.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return s[:maxEcho] + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // RuntimeAnnotations decodes the raw io.kubernetes.cri.pod-annotations value.

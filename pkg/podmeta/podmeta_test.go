@@ -215,3 +215,16 @@ func FuzzParseAnnotations(f *testing.F) {
 		}
 	})
 }
+
+// TestIdentityFromArgsBoundedMessage: a huge malformed CNI_ARGS is refused
+// with code 4 in a message that does not repeat all of it.
+func TestIdentityFromArgsBoundedMessage(t *testing.T) {
+	_, err := IdentityFromArgs("K8S_POD_NAME=" + strings.Repeat("x=", 32<<10))
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidEnvironmentVariables {
+		t.Fatalf("want CNI error 4, got %v", err)
+	}
+	if n := len(err.Error()); n > 1000 || !strings.Contains(err.Error(), "CNI_ARGS") {
+		t.Errorf("message of %d bytes (want <= 1000, naming CNI_ARGS): %.200s", n, err)
+	}
+}
