@@ -96,6 +96,11 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	tr := n.mustAddPod(map[string]string{"podwire.io/vlan-trunk": "100,200", "podwire.io/vlan-ifname": "trunk0"})
 	addVLANIf(t, tr.ns, "trunk0", 100, "192.0.2.4/24")
 	addVLANIf(t, tr.ns, "trunk0", 200, "198.51.100.4/24")
+	// A trunk with a native VLAN: 200 untagged on net1 with a static
+	// address (so the port is checked, MAC only), 100 tagged.
+	nat := n.mustAddPod(map[string]string{"podwire.io/vlan": "200", "podwire.io/vlan-trunk": "100",
+		"podwire.io/vlan-ips": "198.51.100.5/24"})
+	addVLANIf(t, nat.ns, "net1", 100, "192.0.2.5/24")
 
 	// The result names the pod interface with its sandbox and the static IP.
 	var podIf int = -1
@@ -123,6 +128,8 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	mustNotPing(t, c.ns, "c on VLAN 200 to b on VLAN 100", "192.0.2.2")
 	mustPing(t, tr.ns, "trunk pod on VLAN 100 to a", "192.0.2.1")
 	mustPing(t, tr.ns, "trunk pod on VLAN 200 to c", "198.51.100.3")
+	mustPing(t, nat.ns, "native VLAN 200 of a trunk to c", "198.51.100.3")
+	mustPing(t, nat.ns, "tagged VLAN 100 of a trunk with a native VLAN to a", "192.0.2.1")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to a", "192.0.2.1")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to b", "192.0.2.2")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to a over IPv6", "2001:db8:100::1")
@@ -131,7 +138,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	if err := tr.check(); err != nil {
 		t.Errorf("CHECK of the trunk pod through the chain: %v", err)
 	}
-	for name, p := range map[string]*pod{"a": a, "b": b, "c": c, "trunk": tr} {
+	for name, p := range map[string]*pod{"a": a, "b": b, "c": c, "trunk": tr, "native": nat} {
 		if err := p.checkPodwire(); err != nil {
 			t.Errorf("CHECK of pod %s: %v", name, err)
 		}
@@ -152,7 +159,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 200}) {
 		t.Errorf("uplink0 carries %v, want [100 200]", got)
 	}
-	for _, p := range []*pod{a, b, c, tr} {
+	for _, p := range []*pod{a, b, c, tr, nat} {
 		if err := p.del(); err != nil {
 			t.Fatalf("DEL: %v", err)
 		}

@@ -18,6 +18,9 @@ import (
 // link-local and unspecified sources stay allowed for neighbour discovery,
 // and ARP probes (sender 0.0.0.0, RFC 5227) too. Ports of forwarding pods and
 // of pods without static addresses are not in "checked" and cost one lookup.
+// A trunk port's tagged VLANs carry addresses the pod configures itself on
+// its 802.1Q subinterfaces, unknown to podwire: a checked trunk port is in
+// "mac-only", pinned to its MAC alone.
 //
 // Why a bridge table: bridged frames never reach the inet hooks (podwire
 // turns nf_call_iptables off on its bridge), so the inet source check of the
@@ -25,6 +28,7 @@ import (
 //
 //	meta iifname != @checked accept
 //	meta iifname . ether saddr != @port-mac counter drop
+//	meta iifname @mac-only accept
 //	meta protocol arp meta iifname . arp saddr ip @port-v4 accept
 //	meta protocol arp arp saddr ip 0.0.0.0 accept
 //	meta protocol ip meta iifname . ip saddr @port-v4 accept
@@ -32,14 +36,12 @@ import (
 //	meta protocol ip6 ip6 saddr fe80::/10 accept
 //	meta protocol ip6 ip6 saddr :: accept
 //	counter drop
-//
-// Limits: a checked trunk pod may send only from its static addresses, on
-// every VLAN of its port.
 const (
 	portTable      = "podwire-port"
 	portChain      = "filter-prerouting"
 	setPortChecked = "checked"
 	setPortMAC     = "port-mac"
+	setMACOnly     = "mac-only"
 	setPortV4      = "port-v4"
 	setPortV6      = "port-v6"
 	// bridgePriorityFilter is NF_BR_PRI_FILTER_BRIDGED.
@@ -72,6 +74,7 @@ func PortCheckTable() *nft.Table {
 		Sets: []nft.Set{
 			{Name: setPortChecked, KeyType: nftables.TypeIFName, Comment: "bridge ports of checked pods"},
 			{Name: setPortMAC, KeyType: keyPortMAC, Concatenation: true, Comment: "port . pod MAC"},
+			{Name: setMACOnly, KeyType: nftables.TypeIFName, Comment: "checked trunk ports: MAC pinned only"},
 			{Name: setPortV4, KeyType: keyPortV4, Concatenation: true, Comment: "port . pod IPv4 address"},
 			{Name: setPortV6, KeyType: keyPortV6, Concatenation: true, Comment: "port . pod IPv6 address"},
 		},
@@ -102,6 +105,13 @@ func portRules() []nft.RuleFunc {
 				nft.LookupSet(nft.RegIfName, s[setPortMAC], true),
 				&expr.Counter{},
 				nft.Drop(),
+			}
+		},
+		func(s map[string]*nftables.Set) []expr.Any {
+			return []expr.Any{
+				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.Reg1},
+				nft.LookupSet(nft.Reg1, s[setMACOnly], false),
+				nft.Accept(),
 			}
 		},
 		portLookup(unix.ETH_P_ARP, arpSpaOffset, 4, setPortV4),
@@ -159,10 +169,11 @@ func portLookup(ethType uint16, offset, n uint32, set string) nft.RuleFunc {
 }
 
 // PortCheckElements are the set elements that pin port (the host veth) to
-// mac and the addresses of ips; comment names the pod. A port without a MAC
+// mac and the addresses of ips, or to mac alone when macOnly (a trunk port);
+// comment names the pod. A port without a MAC
 // yet (ADD failed before the veth existed) gets its "checked" element only,
 // so that a rollback removes what may be there.
-func PortCheckElements(port string, mac string, ips []netip.Prefix, comment string) nft.Elements {
+func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool, comment string) nft.Elements {
 	e := nft.Elements{}
 	if port == "" {
 		return e
@@ -171,6 +182,10 @@ func PortCheckElements(port string, mac string, ips []netip.Prefix, comment stri
 	e.Add(PortCheckID, setPortChecked, nftables.SetElement{Key: ifKey, Comment: comment})
 	if hw, err := net.ParseMAC(mac); err == nil && len(hw) == 6 {
 		e.Add(PortCheckID, setPortMAC, nftables.SetElement{Key: nft.Concat(ifKey, hw), Comment: comment})
+	}
+	if macOnly {
+		e.Add(PortCheckID, setMACOnly, nftables.SetElement{Key: ifKey, Comment: comment})
+		return e
 	}
 	for _, p := range ips {
 		a := p.Addr().Unmap()

@@ -40,7 +40,7 @@ func TestRuns(t *testing.T) {
 
 func TestPortCheckElements(t *testing.T) {
 	ips := []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}
-	e := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, "default/pod")
+	e := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, false, "default/pod")
 	sets := e[PortCheckID]
 	for set, want := range map[string]int{setPortChecked: 16, setPortMAC: 24, setPortV4: 20, setPortV6: 32} {
 		if len(sets[set]) != 1 {
@@ -51,8 +51,12 @@ func TestPortCheckElements(t *testing.T) {
 			t.Errorf("set %s key is %d bytes, want %d", set, got, want)
 		}
 	}
-	if e := PortCheckElements("pwv0123456789ab", "", nil, "x"); len(e[PortCheckID][setPortMAC]) != 0 || len(e[PortCheckID][setPortChecked]) != 1 {
+	if e := PortCheckElements("pwv0123456789ab", "", nil, false, "x"); len(e[PortCheckID][setPortMAC]) != 0 || len(e[PortCheckID][setPortChecked]) != 1 {
 		t.Errorf("no MAC: got %v, want the checked element only", e)
+	}
+	trunk := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, true, "x")[PortCheckID]
+	if len(trunk[setMACOnly]) != 1 || len(trunk[setPortMAC]) != 1 || len(trunk[setPortV4]) != 0 {
+		t.Errorf("trunk port: got %v, want checked, MAC and mac-only elements and no addresses", trunk)
 	}
 	if h1, h2 := PortCheckTable().Hash(), PortCheckTable().Hash(); h1 != h2 {
 		t.Errorf("table hash is not stable: %s != %s", h1, h2)

@@ -61,7 +61,9 @@ func (vlanStep) plan(a *attachment) error {
 		IPs:       ann.VLANIPs,
 	}
 	// Ordinary pods with static addresses get the bridge port check
-	// (source MAC and IPs pinned); forwarding pods send any source.
+	// (source MAC and IPs pinned; MAC only on a trunk port, whose tagged
+	// VLANs carry addresses the pod sets itself); forwarding pods send any
+	// source.
 	v.PortCheck = len(v.IPs) > 0 && !ann.Forwarding && a.conf.SourceCheckEnabled()
 
 	if err := vlanbridge.CheckNames(port(v, a.args.Netns)); err != nil {
@@ -254,5 +256,5 @@ func (vlanStep) elements(_ *config.NetConf, rec *state.Record) nft.Elements {
 	if rec.PodName == "" {
 		name = rec.ContainerID
 	}
-	return vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, name)
+	return vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, name)
 }
