@@ -31,6 +31,17 @@ var _ Fetcher = (*APIFetcher)(nil)
 // NewAPIFetcher builds a fetcher from a kubeconfig file. Every request is
 // bounded by timeout (the client's own timeout and the context's deadline).
 func NewAPIFetcher(kubeconfig string, timeout time.Duration) (*APIFetcher, error) {
+	c, err := NewMetadataClient(kubeconfig, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &APIFetcher{client: c, timeout: timeout}, nil
+}
+
+// NewMetadataClient builds client-go's metadata client (metadata-only GETs)
+// from a kubeconfig file, every request bounded by timeout. It is shared by
+// the pod fallback and the node egress annotation (pkg/nodetables).
+func NewMetadataClient(kubeconfig string, timeout time.Duration) (metadata.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("failed to load kubeconfig %q: %w", kubeconfig, err)
@@ -41,7 +52,7 @@ func NewAPIFetcher(kubeconfig string, timeout time.Duration) (*APIFetcher, error
 	if err != nil {
 		return nil, fmt.Errorf("failed to build the metadata client from %q: %w", kubeconfig, err)
 	}
-	return &APIFetcher{client: c, timeout: timeout}, nil
+	return c, nil
 }
 
 // PodAnnotations GETs the metadata of pod id. It refuses a pod whose UID is
