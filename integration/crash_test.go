@@ -35,6 +35,7 @@ type killExec struct {
 
 	mu       sync.Mutex
 	armed    bool
+	verb     string // the verb to kill: ADD or DEL
 	maxDelay time.Duration
 	rng      *rand.Rand
 	// results of the last podwire ADD
@@ -59,7 +60,13 @@ func isEnv(environ []string, kv string) bool {
 }
 
 func (k *killExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
-	if filepath.Base(pluginPath) != "podwire" || !isEnv(environ, "CNI_COMMAND=ADD") {
+	k.mu.Lock()
+	verb := k.verb
+	if verb == "" {
+		verb = "ADD"
+	}
+	k.mu.Unlock()
+	if filepath.Base(pluginPath) != "podwire" || !isEnv(environ, "CNI_COMMAND="+verb) {
 		return k.DefaultExec.ExecPlugin(ctx, pluginPath, stdin, environ)
 	}
 	k.mu.Lock()
@@ -112,9 +119,11 @@ func (k *killExec) last() (bool, time.Duration) {
 	return k.killed, k.elapsed
 }
 
-func (k *killExec) arm(on bool, maxDelay time.Duration) {
+func (k *killExec) arm(on bool, maxDelay time.Duration) { k.armVerb("ADD", on, maxDelay) }
+
+func (k *killExec) armVerb(verb string, on bool, maxDelay time.Duration) {
 	k.mu.Lock()
-	k.armed, k.maxDelay = on, maxDelay
+	k.verb, k.armed, k.maxDelay = verb, on, maxDelay
 	k.mu.Unlock()
 }
 
@@ -128,6 +137,8 @@ func (k *killExec) arm(on bool, maxDelay time.Duration) {
 // set element, no route, no temporary state file, the lock free, and the
 // bystanders' elements exact. Every tenth attempt, and after each table
 // deletion, a fresh pod's ADD (not killed) passes CHECK and is deleted.
+// When an ADD finishes before its kill, its DEL is killed at a random point
+// instead, and the runtime's retried DEL and GC must leave nothing.
 // The kill delay is uniform in [0, the median of the unkilled podwire ADDs).
 func TestCrashDuringAdd(t *testing.T) {
 	const wantKills = 200
@@ -177,7 +188,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	}
 
 	start := time.Now()
-	kills, completed, attempts, fresh, recorded := 0, 0, 0, 0, 0
+	kills, completed, attempts, fresh, recorded, delKills := 0, 0, 0, 0, 0, 0
 	victimRoutes := []int{200, 201} // 201%3 == 0: forwarding
 	for kills < wantKills && attempts < 3*wantKills {
 		attempts++
@@ -215,7 +226,20 @@ func TestCrashDuringAdd(t *testing.T) {
 		default:
 			t.Fatalf("attempt %d: ADD failed without a kill: %v\nlog:\n%s", attempts, addErr, relTail(n.log(), 30))
 		}
-		// The runtime's answer to a failed ADD: DEL, then (later) GC.
+		if addErr == nil {
+			// The ADD finished: kill its DEL instead, as a node reboot or
+			// an OOM kill would; the runtime's retried DEL must finish it.
+			ke.armVerb("DEL", true, median())
+			n.do(func() error {
+				_ = n.cni.DelNetworkList(context.Background(), list, rt)
+				return nil
+			})
+			ke.armVerb("ADD", false, 0)
+			if k, _ := ke.last(); k {
+				delKills++
+			}
+		}
+		// The runtime's answer to a failed ADD (or DEL): DEL, then GC.
 		n.do(func() error {
 			if err := n.cni.DelNetworkList(context.Background(), list, rt); err != nil {
 				t.Fatalf("attempt %d (killed %v): DEL: %v\nlog:\n%s", attempts, killed, err, relTail(n.log(), 30))
@@ -248,8 +272,8 @@ func TestCrashDuringAdd(t *testing.T) {
 	if kills < wantKills {
 		t.Fatalf("only %d kills in %d attempts", kills, attempts)
 	}
-	t.Logf("crash: %d attempts, %d killed mid-ADD (%d after the record was written) and cleaned up by DEL+GC, %d ADDs finished before the kill, %d fresh ADDs verified, ADD median %v, %v",
-		attempts, kills, recorded, completed, fresh, median(), time.Since(start))
+	t.Logf("crash: %d attempts, %d killed mid-ADD (%d after the record was written) and cleaned up by DEL+GC, %d ADDs finished before the kill (%d of their DELs killed, then retried), %d fresh ADDs verified, ADD median %v, %v",
+		attempts, kills, recorded, completed, delKills, fresh, median(), time.Since(start))
 }
 
 // relDeleteTable deletes "inet podwire" in the node netns, as an admin's
