@@ -247,7 +247,8 @@ func TestVLANRefusals(t *testing.T) {
 }
 
 // TestUplinkVLANsExactUnderConcurrency adds and deletes pods sharing VLANs
-// concurrently: the uplink carries exactly the VLANs of the pods left.
+// concurrently (ADDs, then DELs racing ADDs): the uplink carries exactly the
+// VLANs of the pods left, as tagged members.
 func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 	require(t, capVLANFiltering)
 	n := newNode(t, vlanConf(nil))
@@ -274,7 +275,18 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 		t.Fatalf("after ADD uplink0 carries %v, want [100 101 102]", got)
 	}
 
-	// Pods 2 and 5 are VLAN 102's only users; 0, 3 (of 100) and 1 (of 101) go too.
+	// While pods 2 and 5 (VLAN 102's only users), 0, 3 (of 100) and 1 (of
+	// 101) leave, three pods arrive on 103, 100 and 103.
+	newVLANs := []int{103, 100, 103}
+	added := make([]*pod, len(newVLANs))
+	addErrs := make([]error, len(newVLANs))
+	for k, vid := range newVLANs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			added[k], addErrs[k] = n.addPod(map[string]string{"podwire.io/vlan": fmt.Sprint(vid)})
+		}()
+	}
 	for _, i := range []int{2, 5, 0, 3, 1} {
 		wg.Add(1)
 		go func() {
@@ -288,12 +300,17 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 			t.Fatalf("concurrent DEL of pod %d: %v", i, err)
 		}
 	}
-	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101}) {
-		t.Fatalf("after DEL uplink0 carries %v, want [100 101]", got)
+	for k, err := range addErrs {
+		if err != nil {
+			t.Fatalf("ADD of pod on VLAN %d during DELs: %v", newVLANs[k], err)
+		}
 	}
-	for _, i := range []int{4, 6, 7} {
-		if err := pods[i].del(); err != nil {
-			t.Fatalf("DEL of pod %d: %v", i, err)
+	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101, 103}) {
+		t.Fatalf("after concurrent DEL and ADD uplink0 carries %v, want [100 101 103]", got)
+	}
+	for _, p := range append([]*pod{pods[4], pods[6], pods[7]}, added...) {
+		if err := p.del(); err != nil {
+			t.Fatalf("DEL: %v", err)
 		}
 	}
 	if got := uplinkVLANs(t, n); len(got) != 0 {
