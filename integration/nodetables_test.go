@@ -48,6 +48,10 @@ var (
 	extExcept4, extExcept6 = netip.MustParseAddr("198.51.100.200"), netip.MustParseAddr("2001:db8:fe::1")
 )
 
+// dialTimeout bounds each test connection: generous, since a loaded CI
+// machine may lose a SYN to neighbour resolution and retransmit it (1 s, 3 s).
+const dialTimeout = 10 * time.Second
+
 // egressConf is the egress config of the tests. The pod CIDR is deliberately
 // not in exceptCIDRs: pod-to-pod on the node must keep the source anyway.
 func egressConf() map[string]any {
@@ -176,7 +180,7 @@ func TestProbeSNAT(t *testing.T) {
 	srv := listenTCP(t, p.ns, netip.AddrPortFrom(p.v6, 0).String())
 	dst := netip.AddrPortFrom(p.v6, srv.port())
 	for i := range 3 {
-		if err := dialTCP(peer, probeFrom.WithZone("lb0"), dst, 3*time.Second); err != nil {
+		if err := dialTCP(peer, probeFrom.WithZone("lb0"), dst, dialTimeout); err != nil {
 			t.Fatalf("probe %d from %s to %s: %v\n%s", i, probeFrom, dst, err, nftList(t, n.ns))
 		}
 	}
@@ -286,7 +290,7 @@ func TestEgressIPs(t *testing.T) {
 				{"exceptCIDRs IPv4", extExcept4, peer, map[bool]netip.Addr{false: a.v4, true: nodeUp4}[masq]},
 			} {
 				srv := listenTCP(t, tc.srvNS, netip.AddrPortFrom(tc.dst, 0).String())
-				if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), 3*time.Second); err != nil {
+				if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil {
 					t.Fatalf("%s: dial %s: %v\n%s", tc.name, tc.dst, err, nftList(t, n.ns))
 				}
 				if !srv.sawPeer(tc.wantPeer) {
@@ -545,11 +549,11 @@ func TestNodeTablesRepair(t *testing.T) {
 	}
 	// The old pods still work through the repaired tables.
 	srv := listenTCP(t, peer, netip.AddrPortFrom(ext4, 0).String())
-	if err := dialTCP(old[0].ns, netip.Addr{}, netip.AddrPortFrom(ext4, srv.port()), 3*time.Second); err != nil || !srv.sawPeer(egress4) {
+	if err := dialTCP(old[0].ns, netip.Addr{}, netip.AddrPortFrom(ext4, srv.port()), dialTimeout); err != nil || !srv.sawPeer(egress4) {
 		t.Fatalf("egress after repairs: err %v, peers %v", err, srv.peers)
 	}
 	probe := listenTCP(t, old[1].ns, netip.AddrPortFrom(old[1].v6, 0).String())
-	if err := dialTCP(peer, probeFrom.WithZone("lb0"), netip.AddrPortFrom(old[1].v6, probe.port()), 3*time.Second); err != nil || !probe.sawPeer(probeTo) {
+	if err := dialTCP(peer, probeFrom.WithZone("lb0"), netip.AddrPortFrom(old[1].v6, probe.port()), dialTimeout); err != nil || !probe.sawPeer(probeTo) {
 		t.Fatalf("probe after repairs: err %v, peers %v", err, probe.peers)
 	}
 }
@@ -614,7 +618,7 @@ func TestEgressIPFromNodeAnnotation(t *testing.T) {
 	}
 	for _, tc := range []struct{ dst, want netip.Addr }{{ext4, egress4}, {ext6, egress6}} {
 		srv := listenTCP(t, peer, netip.AddrPortFrom(tc.dst, 0).String())
-		if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), 3*time.Second); err != nil || !srv.sawPeer(tc.want) {
+		if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) {
 			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.ns))
 		}
 	}
