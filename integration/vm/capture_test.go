@@ -18,14 +18,18 @@ type capture struct{ fd int }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// capturePackets opens a capture on ifName in netns, closed when t ends.
+// capturePackets opens a capture on ifName in netns ("" for every
+// interface, also those made later), closed when t ends.
 func capturePackets(t *testing.T, netns ns.NetNS, ifName string) *capture {
 	t.Helper()
 	c := &capture{fd: -1}
 	err := netns.Do(func(ns.NetNS) error {
-		itf, err := net.InterfaceByName(ifName)
-		if err != nil {
-			return err
+		itf := &net.Interface{}
+		if ifName != "" {
+			var err error
+			if itf, err = net.InterfaceByName(ifName); err != nil {
+				return err
+			}
 		}
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
 		if err != nil {

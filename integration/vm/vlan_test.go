@@ -85,8 +85,15 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	farIf := addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
 	addAddr(t, far, farIf, "2001:db8:100::100/64")
 	announcements := capturePackets(t, far, farIf)
+	nodeFrames := capturePackets(t, n.ns, "")
 
 	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24,2001:db8:100::1/64"})
+	// The node sees a's gratuitous ARP for its primary (ptp) address.
+	for _, ip := range a.result.IPs {
+		if ip.Interface != nil && a.result.Interfaces[*ip.Interface].Name == "eth0" && ip.Address.IP.To4() != nil {
+			mustSee(t, nodeFrames, "a's gratuitous ARP for its primary address "+ip.Address.IP.String(), isGratuitousARP(ip.Address.IP))
+		}
+	}
 	// The far end sees a's announcements on VLAN 100, before any traffic.
 	mustSee(t, announcements, "a's gratuitous ARP on the far end's VLAN 100", isGratuitousARP(net.ParseIP("192.0.2.1")))
 	mustSee(t, announcements, "a's unsolicited NA on the far end's VLAN 100", isNeighborAdvert(net.ParseIP("2001:db8:100::1")))
