@@ -44,6 +44,9 @@ func readCache(stateDir string) (*nodeCache, error) {
 	return c, nil
 }
 
+// staleTmpAge is when a leftover temporary cache file counts as a crash's.
+const staleTmpAge = 10 * time.Second
+
 // writeCache writes c atomically (temporary file, rename), mode 0600.
 func writeCache(stateDir string, c *nodeCache) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
@@ -53,11 +56,22 @@ func writeCache(stateDir string, c *nodeCache) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(stateDir, ".tmp-node-*")
+	// One fixed temporary name, created exclusively: a podwire killed
+	// between create and rename leaves at most this one file, which the next
+	// writer removes once it is stale; a concurrent writer skips (it is only
+	// a cache).
+	tmpPath := filepath.Join(stateDir, "."+cacheName+".tmp")
+	tmp, err := os.OpenFile(tmpPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		if st, serr := os.Stat(tmpPath); serr == nil && time.Since(st.ModTime()) > staleTmpAge {
+			_ = os.Remove(tmpPath)
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("failed to write the node annotation cache: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmpPath) // no-op after the rename
 	if _, err = tmp.Write(b); err == nil {
 		err = tmp.Sync()
 	}
@@ -65,7 +79,7 @@ func writeCache(stateDir string, c *nodeCache) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(stateDir, cacheName))
+		err = os.Rename(tmpPath, filepath.Join(stateDir, cacheName))
 	}
 	if err != nil {
 		return fmt.Errorf("failed to write the node annotation cache: %w", err)

@@ -21,11 +21,11 @@ const (
 // Set is a sorted list of distinct VLAN IDs. The zero value is the empty set.
 type Set []uint16
 
-// ParseID parses one VLAN ID in 1..4094.
+// ParseID parses one VLAN ID in 1..4094, decimal digits only (no sign).
 func ParseID(s string) (uint16, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.Atoi(s)
-	if err != nil {
+	if err != nil || s == "" || strings.Trim(s, "0123456789") != "" {
 		return 0, fmt.Errorf("%q is not a VLAN ID", s)
 	}
 	if n < MinID || n > MaxID {

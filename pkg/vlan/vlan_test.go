@@ -20,6 +20,8 @@ func TestParse(t *testing.T) {
 		{"a-b", "", 0, true},
 		{"-5", "", 0, true},
 		{"5-", "", 0, true},
+		{"+100", "", 0, true},
+		{"100-+200", "", 0, true},
 	} {
 		s, err := Parse(tc.in)
 		if (err != nil) != tc.bad {
