@@ -31,7 +31,7 @@ $(TOOLS_DIR)/.stamp: Makefile
 	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
 	touch $@
 
-test: test-unit test-integration
+test: test-unit test-integration test-e2e test-vm
 
 test-unit:
 	$(GO) test -count=1 ./pkg/... ./plugins/...
