@@ -42,6 +42,7 @@ type options struct {
 	rev        string
 	traceDir   string
 	notes      []string
+	profWrap   string
 }
 
 // bench holds the run's setup and results.
@@ -71,6 +72,7 @@ func main() {
 	flag.BoolVar(&o.strace, "strace", false, "also profile one podwire ADD/DEL per scaling level with strace -c -f")
 	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
 	flag.StringVar(&o.traceDir, "trace-dir", "", "with -strace: also keep strace -f -tt -T timelines of one podwire ADD/DEL per level here")
+	flag.StringVar(&o.profWrap, "profile-wrap", "", "with -strace: also run one podwire ADD per level under this command line (%d: the level), e.g. \"perf record -g -o /tmp/perf-%d.data --\"")
 	flag.Func("note", "a line for the report's machine section (repeatable)", func(v string) error {
 		o.notes = append(o.notes, v)
 		return nil

@@ -316,6 +316,26 @@ func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) er
 			s.straceDel = string(data)
 		}
 	}
+	if b.opt.profWrap != "" {
+		q, err := newPod(a, 999997)
+		if err != nil {
+			return err
+		}
+		defer q.closeNS()
+		if _, err := n.add(q); err != nil {
+			return err
+		}
+		wrap := strings.Fields(strings.ReplaceAll(b.opt.profWrap, "%d", fmt.Sprint(s.existing)))
+		if _, err := n.execPlugin(b.podwireBin, "ADD", q, entry, cniPath, wrap); err != nil {
+			return err
+		}
+		if _, err := n.execPlugin(b.podwireBin, "DEL", q, entry, cniPath, nil); err != nil {
+			return err
+		}
+		if _, err := n.del(q); err != nil {
+			return err
+		}
+	}
 	if b.opt.traceDir != "" {
 		// A second pod: the timeline of a steady-state ADD and its DEL.
 		q, err := newPod(a, 999998)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	_ "embed"
 	"debug/buildinfo"
 	"fmt"
 	"os"
@@ -11,6 +12,12 @@ import (
 	"syscall"
 	"time"
 )
+
+// findings are the profiled causes of missed targets, written by hand
+// (they need a person to read the profiles) and copied into the report.
+//
+//go:embed findings.md
+var findings string
 
 // report is everything the run measured.
 type report struct {
@@ -323,6 +330,8 @@ func (r *report) markdown(b *bench) string {
 	}
 	p("\nReference anchors measured on this kind of machine earlier: floor +1.7 ms, tuning +3.0 ms, portmap\n")
 	p("(nftables) +32 ms ADD and +60 ms DEL, growing about 0.1 ms per existing pod.\n")
+
+	p("\n%s", findings)
 
 	var st []*levelStats
 	for _, l := range r.levels {
