@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
-	_ "embed"
 	"debug/buildinfo"
+	_ "embed"
 	"fmt"
 	"os"
 	"path/filepath"
