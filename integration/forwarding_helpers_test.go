@@ -19,23 +19,24 @@ type backend struct {
 	v4, v6 netip.Addr
 }
 
-func (n *node) newBackend() *backend {
-	n.t.Helper()
+func (n *node) newBackend() *backend { return newBackendFor(n.t, n.ns) }
+
+// newBackendFor is newBackend for any node netns (benchmarks).
+func newBackendFor(t testing.TB, nodeNS ns.NetNS) *backend {
+	t.Helper()
 	bns, err := testutils.NewNS()
 	if err != nil {
-		n.t.Fatal(err)
+		t.Fatal(err)
 	}
-	n.t.Cleanup(func() { bns.Close(); _ = testutils.UnmountNS(bns) })
+	t.Cleanup(func() { bns.Close(); _ = testutils.UnmountNS(bns) })
 	b := &backend{ns: bns, v4: netip.MustParseAddr("192.0.2.2"), v6: netip.MustParseAddr("2001:db8:5::2")}
-	vethPair(n.t, n.ns, "srv0", bns, "eth0")
-	n.do(func() error {
-		return runAll([][]string{
-			{"ip", "addr", "add", "192.0.2.1/24", "dev", "srv0"},
-			{"ip", "-6", "addr", "add", "2001:db8:5::1/64", "dev", "srv0", "nodad"},
-			{"ip", "link", "set", "srv0", "up"},
-		})
+	vethPair(t, nodeNS, "srv0", bns, "eth0")
+	doIn(t, nodeNS, [][]string{
+		{"ip", "addr", "add", "192.0.2.1/24", "dev", "srv0"},
+		{"ip", "-6", "addr", "add", "2001:db8:5::1/64", "dev", "srv0", "nodad"},
+		{"ip", "link", "set", "srv0", "up"},
 	})
-	doIn(n.t, bns, [][]string{
+	doIn(t, bns, [][]string{
 		{"ip", "link", "set", "lo", "up"},
 		{"ip", "addr", "add", "192.0.2.2/24", "dev", "eth0"},
 		{"ip", "-6", "addr", "add", "2001:db8:5::2/64", "dev", "eth0", "nodad"},
@@ -47,7 +48,7 @@ func (n *node) newBackend() *backend {
 }
 
 // vethPair makes a veth between two netns: aName in a, bName in b (down).
-func vethPair(t *testing.T, a ns.NetNS, aName string, b ns.NetNS, bName string) {
+func vethPair(t testing.TB, a ns.NetNS, aName string, b ns.NetNS, bName string) {
 	t.Helper()
 	err := a.Do(func(ns.NetNS) error {
 		return netlink.LinkAdd(&netlink.Veth{
@@ -62,7 +63,7 @@ func vethPair(t *testing.T, a ns.NetNS, aName string, b ns.NetNS, bName string) 
 }
 
 // doIn runs commands inside netns (fatal on error).
-func doIn(t *testing.T, netns ns.NetNS, cmds [][]string) {
+func doIn(t testing.TB, netns ns.NetNS, cmds [][]string) {
 	t.Helper()
 	if err := netns.Do(func(ns.NetNS) error { return runAll(cmds) }); err != nil {
 		t.Fatal(err)

@@ -112,7 +112,7 @@ func Build(c Conn, t *Table, elems map[string][]nftables.SetElement) error {
 		}
 		all := append(append([]nftables.SetElement(nil), s.Elements...), elems[s.Name]...)
 		if len(all) > 0 {
-			if err := c.SetAddElements(ns, all); err != nil {
+			if err := inChunks(c.SetAddElements, ns, all); err != nil {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", s.Name, t.ID(), err)
 			}
 		}
@@ -193,7 +193,7 @@ func AddElements(c Conn, want []*Table, e Elements) error {
 		sets := e[t.ID()]
 		for name, elems := range sets {
 			s := &nftables.Set{Table: &nftables.Table{Family: t.Family, Name: t.Name}, Name: name, KeyType: keyType(t, name)}
-			if err := c.SetAddElements(s, elems); err != nil {
+			if err := inChunks(c.SetAddElements, s, elems); err != nil {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", name, t.ID(), err)
 			}
 		}
@@ -226,10 +226,10 @@ func DeleteElements(c Conn, e Elements) error {
 		}
 		for name, elems := range sets {
 			s := &nftables.Set{Table: &nftables.Table{Family: id.Family, Name: id.Name}, Name: name}
-			if err := c.SetAddElements(s, elems); err != nil {
+			if err := inChunks(c.SetAddElements, s, elems); err != nil {
 				return err
 			}
-			if err := c.SetDeleteElements(s, elems); err != nil {
+			if err := inChunks(c.SetDeleteElements, s, elems); err != nil {
 				return err
 			}
 			queued = true
@@ -243,6 +243,23 @@ func DeleteElements(c Conn, e Elements) error {
 			return nil // a set vanished with a rebuild: its elements too
 		}
 		return fmt.Errorf("failed to delete set elements: %w", err)
+	}
+	return nil
+}
+
+// elementsPerMessage bounds the elements of one NEWSETELEM/DELSETELEM
+// message: the element list is one netlink attribute, whose length is 16 bits
+// (64 KiB), about 800 elements of "ifname . ipv6_addr" with a comment. More
+// would overflow it and the kernel would read a corrupt list. Several messages
+// still go in one batch, applied atomically.
+const elementsPerMessage = 256
+
+// inChunks queues op for elems, elementsPerMessage at a time.
+func inChunks(op func(*nftables.Set, []nftables.SetElement) error, s *nftables.Set, elems []nftables.SetElement) error {
+	for i := 0; i < len(elems); i += elementsPerMessage {
+		if err := op(s, elems[i:min(i+elementsPerMessage, len(elems))]); err != nil {
+			return err
+		}
 	}
 	return nil
 }

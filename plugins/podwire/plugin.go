@@ -109,7 +109,7 @@ func newAttachment(args *skel.CmdArgs, verb string) (*attachment, error) {
 // conn opens the nftables netlink connection of the current netns lazily.
 func (a *attachment) conn() (nft.Conn, error) {
 	if a.nft == nil {
-		c, err := nftables.New()
+		c, err := nftables.New(nft.BatchBuffer())
 		if err != nil {
 			return nil, types.NewError(types.ErrInternal, "failed to open nftables netlink socket", err.Error())
 		}

@@ -1,0 +1,450 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/sourcecheck"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// The source-check benchmarks. Run with
+//
+//	go test -run '^$' -bench SourceCheck -benchtime 7x ./integration/
+//
+// BenchmarkSourceCheckPPS reports packets per second from a pod through the
+// node with 1 and with 1000 pods' elements in the sets, interleaved, and
+// their ratio (pps-1000/pps-1, want >= 0.95: no per-pod rule).
+// BenchmarkSourceCheckADD reports podwire's own ADD latency (the binary
+// alone, with ptp's prevResult) with 0 and 1000 existing pods (records and
+// elements).
+
+// benchExtraPods is how many pods' elements are added besides the real one.
+const benchExtraPods = 999
+
+// benchNode is a node netns for benchmarks (the harness's node needs a
+// *testing.T).
+type benchNode struct {
+	ns  ns.NetNS
+	dir string
+	cni *libcni.CNIConfig
+}
+
+func newBenchNode(b *testing.B) *benchNode {
+	b.Helper()
+	nodeNS, err := testutils.NewNS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { nodeNS.Close(); _ = testutils.UnmountNS(nodeNS) })
+	bn := &benchNode{ns: nodeNS, dir: b.TempDir()}
+	bn.cni = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(bn.dir, "cache"), nil)
+	err = nodeNS.Do(func(ns.NetNS) error {
+		for _, kv := range [][2]string{
+			{"net.ipv4.ip_forward", "1"}, {"net.ipv6.conf.all.forwarding", "1"},
+			{"net.ipv4.conf.all.rp_filter", "0"}, {"net.ipv4.conf.default.rp_filter", "0"},
+		} {
+			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
+				return err
+			}
+		}
+		return run("ip", "link", "set", "lo", "up")
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bn
+}
+
+// podwireConf is podwire's entry of the bench network.
+func (bn *benchNode) podwireConf() map[string]any {
+	return map[string]any{
+		"type":         "podwire",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+		"stateDir":     filepath.Join(bn.dir, "state"),
+		"logFile":      filepath.Join(bn.dir, "podwire.log"),
+	}
+}
+
+// list is ptp + host-local, then podwire when withPodwire.
+func (bn *benchNode) list(b *testing.B, withPodwire bool) *libcni.NetworkConfigList {
+	plugins := []any{map[string]any{
+		"type": "ptp", "ipMasq": false, "mtu": 1500,
+		"ipam": map[string]any{
+			"type": "host-local", "dataDir": filepath.Join(bn.dir, "ipam"),
+			"ranges": []any{
+				[]any{map[string]string{"subnet": "10.244.1.0/24"}},
+				[]any{map[string]string{"subnet": "fd00:244:1::/64"}},
+			},
+			"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
+		},
+	}}
+	if withPodwire {
+		plugins = append(plugins, bn.podwireConf())
+	}
+	raw, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "podwire-bench", "plugins": plugins})
+	l, err := libcni.ConfListFromBytes(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+func benchRuntimeConf(netnsPath string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: randHex(32), NetNS: netnsPath, IfName: "eth0",
+		Args:           [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", "p-" + randHex(4)}},
+		CapabilityArgs: map[string]any{"io.kubernetes.cri.pod-annotations": nil},
+	}
+}
+
+// fakePods are the elements and records of n pods that exist only in
+// podwire's sets and state (host interfaces "bench0001"...).
+func fakePods(n int) (nft.Elements, []*state.Record) {
+	e := nft.Elements{}
+	var recs []*state.Record
+	for i := 1; i <= n; i++ {
+		r := &state.Record{
+			ContainerID: fmt.Sprintf("bench%060d", i), IfName: "eth0", Network: "podwire-bench",
+			PodNamespace: "bench", PodName: fmt.Sprintf("fake-%d", i), Complete: true, SourceCheck: true,
+			HostIfName: fmt.Sprintf("bench%04d", i),
+			Addresses: []netip.Addr{
+				netip.AddrFrom4([4]byte{10, 250 + byte(i>>16), byte(i >> 8), byte(i)}),
+				netip.MustParseAddr(fmt.Sprintf("fd00:250::%x", i)),
+			},
+		}
+		recs = append(recs, r)
+		e.Merge(sourcecheck.Elements(sourcecheck.Pod{HostIfName: r.HostIfName, Addresses: r.Addresses, Name: r.PodNamespace + "/" + r.PodName}))
+	}
+	return e, recs
+}
+
+func (bn *benchNode) nft(b *testing.B) *nftables.Conn {
+	c, err := nftables.New(nftables.WithNetNSFd(int(bn.ns.Fd())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkSourceCheckPPS: UDP from a checked pod through the node to a
+// backend, counted at the backend's interface, in interleaved phases with 1
+// and 1000 pods' elements in the sets.
+func BenchmarkSourceCheckPPS(b *testing.B) {
+	for _, v6 := range []bool{false, true} {
+		b.Run(famName(v6), func(b *testing.B) {
+			bn := newBenchNode(b)
+			be := newBackendFor(b, bn.ns)
+			podNS, err := testutils.NewNS()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { podNS.Close(); _ = testutils.UnmountNS(podNS) })
+			list, rt := bn.list(b, true), benchRuntimeConf(podNS.Path())
+			if err := bn.ns.Do(func(ns.NetNS) error {
+				_, err := bn.cni.AddNetworkList(context.Background(), list, rt)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				_ = bn.ns.Do(func(ns.NetNS) error { return bn.cni.DelNetworkList(context.Background(), list, rt) })
+			})
+			dst := netip.AddrPortFrom(be.v4, 9000)
+			if v6 {
+				dst = netip.AddrPortFrom(be.v6, 9000)
+			}
+			stopRecv := udpSink(b, be.ns, dst)
+			defer stopRecv()
+			senders := udpSenders(b, podNS, dst, 1)
+			extra, _ := fakePods(benchExtraPods)
+			c := bn.nft(b)
+			tables := []*nft.Table{sourcecheck.Table()}
+
+			// Warm up: the pod's IPv6 address may still be tentative (DAD).
+			for i := 0; measurePPS(b, be.ns, senders, 100*time.Millisecond) < 1000; i++ {
+				if i > 50 {
+					b.Fatal("no packets reach the backend")
+				}
+			}
+			rounds := max(b.N, 5)
+			var one, many []float64
+			b.ResetTimer()
+			for r := 0; r < rounds; r++ {
+				one = append(one, measurePPS(b, be.ns, senders, 400*time.Millisecond))
+				if err := chunked(extra, func(e nft.Elements) error { return nft.AddElements(c, tables, e) }); err != nil {
+					b.Fatal(err)
+				}
+				if r == 0 {
+					checkElementCount(b, c, benchExtraPods+1)
+				}
+				many = append(many, measurePPS(b, be.ns, senders, 400*time.Millisecond))
+				if err := chunked(extra, func(e nft.Elements) error { return nft.DeleteElements(c, e) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			p1, p1000 := median(one), median(many)
+			b.ReportMetric(p1, "pps-1pod")
+			b.ReportMetric(p1000, "pps-1000pods")
+			b.ReportMetric(p1000/p1, "ratio")
+			b.Logf("%s: %d rounds, pps with 1 pod %v, with 1000 pods %v", famName(v6), rounds, one, many)
+			if p1 == 0 {
+				b.Fatal("no packet reached the backend")
+			}
+		})
+	}
+}
+
+// checkElementCount verifies that the checked set holds n interfaces.
+func checkElementCount(b *testing.B, c *nftables.Conn, n int) {
+	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"}, "checked")
+	if err != nil {
+		b.Fatal(err)
+	}
+	els, err := c.GetSetElements(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(els) != n {
+		b.Fatalf("checked set has %d elements, want %d", len(els), n)
+	}
+}
+
+// udpSink is a UDP socket bound to dst inside netns.
+func udpSink(b *testing.B, netns ns.NetNS, dst netip.AddrPort) func() {
+	var pc net.PacketConn
+	if err := netns.Do(func(ns.NetNS) error {
+		var err error
+		pc, err = net.ListenPacket("udp", dst.String())
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	// Never read: the datagrams are counted at the interface, and a full
+	// socket buffer drops them without an ICMP error going back.
+	return func() { pc.Close() }
+}
+
+// udpSenders are n UDP sockets of netns connected to dst.
+func udpSenders(b *testing.B, netns ns.NetNS, dst netip.AddrPort, n int) []net.Conn {
+	var out []net.Conn
+	if err := netns.Do(func(ns.NetNS) error {
+		for range n {
+			c, err := net.Dial("udp", dst.String())
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range out {
+			c.Close()
+		}
+	})
+	return out
+}
+
+// measurePPS blasts 64-byte datagrams from every sender for d and returns
+// the packets per second the backend's interface received.
+func measurePPS(b *testing.B, backendNS ns.NetNS, senders []net.Conn, d time.Duration) float64 {
+	before := rxPackets(b, backendNS)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	payload := make([]byte, 64)
+	start := time.Now()
+	for _, c := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				_, _ = c.Write(payload)
+			}
+		}()
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	time.Sleep(50 * time.Millisecond) // let the last packets land
+	return float64(rxPackets(b, backendNS)-before) / elapsed.Seconds()
+}
+
+func rxPackets(b *testing.B, netns ns.NetNS) uint64 {
+	var n uint64
+	if err := netns.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		n = l.Attrs().Statistics.RxPackets
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// chunked calls f with the elements of e in batches of at most 200 per set:
+// one netlink batch of thousands of elements exceeds the socket's send
+// buffer.
+func chunked(e nft.Elements, f func(nft.Elements) error) error {
+	const size = 200
+	for id, sets := range e {
+		for name, elems := range sets {
+			for i := 0; i < len(elems); i += size {
+				part := nft.Elements{}
+				part.Add(id, name, elems[i:min(i+size, len(elems))]...)
+				if err := f(part); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// BenchmarkSourceCheckADD times podwire's own ADD (after an untimed ptp ADD
+// that gives the prevResult; an untimed DEL of both after), interleaving
+// rounds with 0 and with 1000 existing pods' records and elements on the
+// node, and reports the median of each and their ratio (want ~1: ADD reads
+// one chain dump, never the sets or the other records).
+func BenchmarkSourceCheckADD(b *testing.B) {
+	bn := newBenchNode(b)
+	podNS, err := testutils.NewNS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { podNS.Close(); _ = testutils.UnmountNS(podNS) })
+	ptpList := bn.list(b, false)
+	// cycle returns the wall time of podwire's ADD and its CPU time (user +
+	// system, from the children's rusage), which a loaded machine disturbs
+	// less.
+	cycle := func() (time.Duration, time.Duration) {
+		rt := benchRuntimeConf(podNS.Path())
+		var stdin []byte
+		var took, cpu time.Duration
+		err := bn.ns.Do(func(ns.NetNS) error {
+			res, err := bn.cni.AddNetworkList(context.Background(), ptpList, rt)
+			if err != nil {
+				return err
+			}
+			conf := bn.podwireConf()
+			conf["cniVersion"], conf["name"], conf["prevResult"] = "1.1.0", "podwire-bench", res
+			conf["runtimeConfig"] = map[string]any{"io.kubernetes.cri.pod-annotations": nil}
+			if stdin, err = json.Marshal(conf); err != nil {
+				return err
+			}
+			args := func(cmd string) *invoke.Args {
+				return &invoke.Args{Command: cmd, ContainerID: rt.ContainerID, NetNS: rt.NetNS, IfName: rt.IfName,
+					PluginArgs: rt.Args, Path: filepath.Dir(podwireBin)}
+			}
+			before := childrenCPU()
+			start := time.Now()
+			_, err = invoke.ExecPluginWithResult(context.Background(), podwireBin, stdin, args("ADD"), nil)
+			took = time.Since(start)
+			cpu = childrenCPU() - before
+			if err != nil {
+				return fmt.Errorf("podwire ADD: %w", err)
+			}
+			if err := invoke.ExecPluginWithoutResult(context.Background(), podwireBin, stdin, args("DEL"), nil); err != nil {
+				return fmt.Errorf("podwire DEL: %w", err)
+			}
+			return bn.cni.DelNetworkList(context.Background(), ptpList, rt)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return took, cpu
+	}
+	cycle() // lays the tables down
+	extra, recs := fakePods(1000)
+	store := state.New(filepath.Join(bn.dir, "state"))
+	c := bn.nft(b)
+	tables := []*nft.Table{sourcecheck.Table()}
+	const perPhase = 5
+	rounds := max(b.N, 3)
+	var at0, at1000, cpu0, cpu1000 []float64
+	sample := func(wall, cpu *[]float64) {
+		w, c := cycle()
+		*wall = append(*wall, float64(w.Microseconds())/1000)
+		*cpu = append(*cpu, float64(c.Microseconds())/1000)
+	}
+	b.ResetTimer()
+	for range rounds {
+		for range perPhase {
+			sample(&at0, &cpu0)
+		}
+		for _, r := range recs {
+			if err := store.Put(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := chunked(extra, func(e nft.Elements) error { return nft.AddElements(c, tables, e) }); err != nil {
+			b.Fatal(err)
+		}
+		for range perPhase {
+			sample(&at1000, &cpu1000)
+		}
+		checkElementCount(b, c, 1000)
+		for _, r := range recs {
+			if err := store.Delete(r.ContainerID, r.IfName); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := chunked(extra, func(e nft.Elements) error { return nft.DeleteElements(c, e) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	m0, m1000 := median(at0), median(at1000)
+	b.ReportMetric(m0, "ms/ADD-0pods")
+	b.ReportMetric(m1000, "ms/ADD-1000pods")
+	b.ReportMetric(m1000/m0, "ratio")
+	c0, c1000 := median(cpu0), median(cpu1000)
+	b.ReportMetric(c0, "cpu-ms/ADD-0pods")
+	b.ReportMetric(c1000, "cpu-ms/ADD-1000pods")
+	b.ReportMetric(c1000/c0, "cpu-ratio")
+	b.Logf("ADD wall ms with 0 pods %v; with 1000 pods %v", at0, at1000)
+	b.Logf("ADD CPU ms with 0 pods %v; with 1000 pods %v", cpu0, cpu1000)
+}
+
+// childrenCPU is the user + system time of this process's waited-for
+// children.
+func childrenCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
