@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"fmt"
 	"net/netip"
 	"testing"
 
@@ -171,5 +170,3 @@ func famName(v6 bool) string {
 	}
 	return "IPv4"
 }
-
-var _ = fmt.Sprintf

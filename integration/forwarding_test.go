@@ -2,6 +2,8 @@ package integration
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -284,4 +286,44 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForwardingDelVanishedNetnsAndGC: a forwarding pod's DEL after its
+// netns vanished (no netns, no prevResult) removes its routes; podwire's GC
+// removes the routes and elements of an attachment that is not valid.
+func TestForwardingDelVanishedNetnsAndGC(t *testing.T) {
+	n := newNode(t)
+	list := n.conflist("1.1.0", fwdConfig)
+	f := n.mustAddPod(podSpec{namespace: "nf-x", podwire: fwdConfig, annotations: map[string]string{
+		"podwire.io/forwarding": "true", "podwire.io/routes": "2001:db8:100::/64",
+	}})
+	o := n.mustAddPod(podSpec{namespace: "nf-x", podwire: fwdConfig, annotations: map[string]string{
+		"podwire.io/routes": "198.51.100.0/24", "podwire.io/allowed-source-prefixes": "10.99.0.0/24",
+	}})
+	if len(n.nodeRoutes(netip.MustParsePrefix("2001:db8:100::/64"))) != 1 || len(n.nodeRoutes(netip.MustParsePrefix("198.51.100.0/24"))) != 1 {
+		t.Fatal("routes of podwire.io/routes missing after ADD")
+	}
+	f.closeNS()
+	if err := f.delNoNetns(); err != nil {
+		t.Fatalf("DEL after the netns vanished: %v", err)
+	}
+	if rs := n.nodeRoutes(netip.MustParsePrefix("2001:db8:100::/64")); len(rs) != 0 {
+		t.Fatalf("route left after DEL without netns: %v", rs)
+	}
+	if err := os.RemoveAll(filepath.Join(n.dir, "cache")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.gc(list); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if rs := n.nodeRoutes(netip.MustParsePrefix("198.51.100.0/24")); len(rs) != 0 {
+		t.Fatalf("route left after GC: %v", rs)
+	}
+	if c := n.podSetCount(); c != 0 {
+		t.Fatalf("%d set elements left after GC", c)
+	}
+	if recs := n.records(); len(recs) != 0 {
+		t.Fatalf("records left after GC: %v", recs)
+	}
+	_ = o
 }

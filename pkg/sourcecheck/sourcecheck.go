@@ -21,6 +21,7 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 
 	"github.com/podwire/podwire/pkg/nft"
 )
@@ -53,7 +54,7 @@ func Table() *nft.Table {
 		Family: nftables.TableFamilyINet,
 		Name:   tableName,
 		Sets: []nft.Set{
-			{Name: setChecked, KeyType: nftables.TypeIFName, Comment: "host interfaces of checked pods"},
+			{Name: setChecked, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian, Comment: "host interfaces of checked pods"},
 			{Name: setPodV4, KeyType: keyV4, Concatenation: true, Comment: "pod host interface . own IPv4 address"},
 			{Name: setPodV6, KeyType: keyV6, Concatenation: true, Comment: "pod host interface . own IPv6 address"},
 			{Name: setAllowV4, KeyType: keyV4, Concatenation: true, Interval: true, Comment: "pod host interface . allowed IPv4 prefix"},
