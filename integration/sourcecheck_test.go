@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // spoofSetup gives an ordinary pod an extra address it does not own (v4 or
@@ -56,5 +60,43 @@ func TestSourceCheckDropsSpoof(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSourceCheckAllowsLinkLocal: an ordinary pod's IPv6 link-local traffic
+// (what neighbour discovery uses) passes the check: a TCP handshake from the
+// pod's fe80:: address to the node's link-local address on the pod's veth.
+func TestSourceCheckAllowsLinkLocal(t *testing.T) {
+	n := newNode(t)
+	p := n.mustAddPod(podSpec{})
+	var ll netip.Addr
+	n.do(func() error {
+		return eventually(5*time.Second, func() error {
+			l, err := netlink.LinkByName(p.hostIf())
+			if err != nil {
+				return err
+			}
+			addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+			if err != nil {
+				return err
+			}
+			for _, a := range addrs {
+				if ip, _ := netip.AddrFromSlice(a.IP); ip.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+					ll = ip
+					return nil
+				}
+			}
+			return fmt.Errorf("no usable link-local address on %s yet", p.hostIf())
+		})
+	})
+	srv := listenTCP(t, n.ns, "[::]:0")
+	dst := netip.AddrPortFrom(ll.WithZone("eth0"), srv.port())
+	if err := eventually(5*time.Second, func() error { return dialTCP(p.ns, netip.Addr{}, dst, time.Second) }); err != nil {
+		t.Fatalf("link-local TCP from the pod to %s: %v", dst, err)
+	}
+	for _, peer := range srv.peers {
+		if !peer.IsLinkLocalUnicast() {
+			t.Fatalf("the node saw %s, not the pod's link-local address", peer)
+		}
 	}
 }
