@@ -85,7 +85,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		if err := nft.AddElements(c, wantTables(a.conf), e); err != nil {
+		if err := nft.AddElements(c, a.tables(), e); err != nil {
 			return err
 		}
 	}

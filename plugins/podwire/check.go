@@ -32,7 +32,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return fmt.Errorf("attachment %s/%s: ADD did not complete", args.ContainerID, args.IfName)
 	}
 	a.rec = rec
-	if want := wantTables(a.conf); len(want) > 0 {
+	if want := a.tables(); len(want) > 0 {
 		c, err := a.conn()
 		if err != nil {
 			return err
@@ -51,7 +51,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 				}
 			}
 		}
-		if err := nft.CheckElements(c, wantTables(a.conf), recordElements(a.conf, rec)); err != nil {
+		if err := nft.CheckElements(c, a.tables(), recordElements(a.conf, rec)); err != nil {
 			return err
 		}
 	}

@@ -62,6 +62,9 @@ type attachment struct {
 	store  *state.Store
 	nft    nft.Conn
 
+	// want caches tables(); nil until first used.
+	want []*nft.Table
+
 	lockDepth int
 	unlock    func()
 }
@@ -166,10 +169,20 @@ func allElements(conf *config.NetConf, store *state.Store, log *slog.Logger) (nf
 	return e, nil
 }
 
+// tables are the node tables for this invocation, described once: their
+// description reads the node (default-route uplinks, egress IPs), so ADD
+// must not pay for it at every use.
+func (a *attachment) tables() []*nft.Table {
+	if a.want == nil {
+		a.want = wantTables(a.conf)
+	}
+	return a.want
+}
+
 // ensureTables lays down or repairs the node tables (DESIGN.md, "First
 // invocation"): one chain dump when they are current.
 func (a *attachment) ensureTables() error {
-	want := wantTables(a.conf)
+	want := a.tables()
 	if len(want) == 0 {
 		return nil
 	}

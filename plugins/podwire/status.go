@@ -25,7 +25,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 // statusProblems lists what stops ADD from working on this node.
 func statusProblems(a *attachment) []string {
 	var out []string
-	if len(wantTables(a.conf)) > 0 {
+	if len(a.tables()) > 0 {
 		c, err := a.conn()
 		if err == nil {
 			_, err = c.ListTables()

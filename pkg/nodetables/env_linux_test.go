@@ -1,0 +1,96 @@
+package nodetables
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+)
+
+// TestDefaultRouteInterfacesAndAssigned reads uplinks and egress IPs in a
+// throwaway netns: no default route is none; single and multipath default
+// routes name their interfaces; a more specific route does not count; an
+// address is assigned only once it is on an interface.
+func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	netns, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { netns.Close(); _ = testutils.UnmountNS(netns) }()
+	err = netns.Do(func(ns.NetNS) error {
+		for _, name := range []string{"up0", "up1"} {
+			la := netlink.NewLinkAttrs()
+			la.Name = name
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: name + "p"}); err != nil {
+				return err
+			}
+			l, _ := netlink.LinkByName(name)
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+			p, _ := netlink.LinkByName(name + "p")
+			_ = netlink.LinkSetUp(p)
+		}
+		up0, _ := netlink.LinkByName("up0")
+		up1, _ := netlink.LinkByName("up1")
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			got, err := DefaultRouteInterfaces(fam)
+			if err != nil || len(got) != 0 {
+				t.Errorf("family %d without default route: %v %v", fam, got, err)
+			}
+		}
+		addr, _ := netlink.ParseAddr("192.0.2.2/24")
+		if err := netlink.AddrAdd(up0, addr); err != nil {
+			return err
+		}
+		addr1, _ := netlink.ParseAddr("198.51.100.2/24")
+		if err := netlink.AddrAdd(up1, addr1); err != nil {
+			return err
+		}
+		// A specific route first: it must not count as a default route.
+		_, specific, _ := net.ParseCIDR("203.0.113.0/24")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up1.Attrs().Index, Dst: specific, Gw: net.ParseIP("198.51.100.1")}); err != nil {
+			return err
+		}
+		if got, _ := DefaultRouteInterfaces(netlink.FAMILY_V4); len(got) != 0 {
+			t.Errorf("specific route counted as default: %v", got)
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up0.Attrs().Index, Gw: net.ParseIP("192.0.2.1")}); err != nil {
+			return err
+		}
+		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V4); err != nil || !reflect.DeepEqual(got, []string{"up0"}) {
+			t.Errorf("single default route: %v %v", got, err)
+		}
+		_, any4, _ := net.ParseCIDR("0.0.0.0/0")
+		if err := netlink.RouteReplace(&netlink.Route{Dst: any4, MultiPath: []*netlink.NexthopInfo{
+			{LinkIndex: up0.Attrs().Index, Gw: net.ParseIP("192.0.2.1")},
+			{LinkIndex: up1.Attrs().Index, Gw: net.ParseIP("198.51.100.1")},
+		}}); err != nil {
+			return err
+		}
+		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V4); err != nil || !reflect.DeepEqual(got, []string{"up0", "up1"}) {
+			t.Errorf("multipath default route: %v %v", got, err)
+		}
+		if ok, err := assigned(netip.MustParseAddr("192.0.2.2")); !ok || err != nil {
+			t.Errorf("assigned address not found: %v %v", ok, err)
+		}
+		if ok, err := assigned(netip.MustParseAddr("203.0.113.10")); ok || err != nil {
+			t.Errorf("unassigned address reported assigned: %v %v", ok, err)
+		}
+		if ok, err := assigned(netip.MustParseAddr("2001:db8::10")); ok || err != nil {
+			t.Errorf("unassigned IPv6 address with no IPv6 route: %v %v", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
