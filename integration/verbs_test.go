@@ -110,3 +110,24 @@ func TestAddWithoutPrevResult(t *testing.T) {
 		t.Fatalf("records left: %v", n.records())
 	}
 }
+
+// TestDelWithMalformedCNIArgs: DEL works from the record, so a CNI_ARGS that
+// ADD would refuse (error 4) does not stop a DEL; podwire alone in the list,
+// because host-local would refuse such args first.
+func TestDelWithMalformedCNIArgs(t *testing.T) {
+	n := newNode(t)
+	p := n.mustAddPod(podSpec{})
+	rt := *p.rt
+	rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE;K8S_POD_NAME", "x"}}
+	alone := *p.list
+	alone.Plugins = alone.Plugins[1:]
+	err := n.ns.Do(func(ns.NetNS) error {
+		return n.cni.DelNetworkList(t.Context(), &alone, &rt)
+	})
+	if err != nil {
+		t.Fatalf("DEL with malformed CNI_ARGS: %v", err)
+	}
+	if got := n.records(); len(got) != 0 {
+		t.Fatalf("records after DEL: %v", got)
+	}
+}

@@ -45,6 +45,7 @@ var steps = []step{
 	vlanStep{},
 	forwardingStep{},
 	sourceCheckStep{},
+	nodeTablesStep{},
 	neighStep{},
 }
 
@@ -101,7 +102,12 @@ func newAttachment(args *skel.CmdArgs, verb string) (*attachment, error) {
 		a.log.Warn(w)
 	}
 	if a.pod, err = podmeta.IdentityFromArgs(args.Args); err != nil {
-		return nil, err
+		if verb == "ADD" {
+			return nil, err
+		}
+		// The identity only names the pod in the log; DEL, CHECK and GC
+		// work from the record, so a malformed CNI_ARGS must not stop them.
+		a.log.Warn("ignoring malformed CNI_ARGS", "error", err)
 	}
 	if a.pod.Name != "" {
 		a.log = a.log.With("pod", a.pod.String())

@@ -16,10 +16,6 @@ import (
 // elements, added and removed with every step's elements.
 type nodeTablesStep struct{}
 
-// init registers the step last in ADD order, as cli_*.go files register
-// their subcommands: the node tables come after the per-pod wiring.
-func init() { steps = append(steps, nodeTablesStep{}) }
-
 func (nodeTablesStep) name() string { return "nodetables" }
 
 // plan marks the pod as an egress source and, with egress.nodeAnnotation,
