@@ -44,6 +44,8 @@ cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
 	for n in $(ip netns list | awk -v t="$TAG-" 'index($1, t) == 1 {print $1}'); do
+		# anything still running in our namespaces was started by us
+		for p in $(ip netns pids "$n" 2>/dev/null); do kill "$p" 2>/dev/null; done
 		ip netns del "$n"
 	done
 	[ -n "$WORK" ] && rm -rf "$WORK"
@@ -85,6 +87,13 @@ mkns() {
 	ip -n "$1" link set lo up
 }
 
+# delns NAME: stop what we run in a netns, then delete it.
+delns() {
+	local p
+	for p in $(ip netns pids "$1" 2>/dev/null); do kill "$p" 2>/dev/null; done
+	ip netns del "$1"
+}
+
 # serve NETNS ADDR: a TCP echo of the peer's address on ADDR port 8080.
 serve() {
 	local ns=$1 addr=$2 spec
@@ -92,7 +101,8 @@ serve() {
 	*:*) spec="TCP6-LISTEN:8080,bind=[$addr],reuseaddr,fork" ;;
 	*) spec="TCP4-LISTEN:8080,bind=$addr,reuseaddr,fork" ;;
 	esac
-	in_ "$ns" socat "$spec" SYSTEM:'echo $SOCAT_PEERADDR' </dev/null >/dev/null 2>&1 &
+	# ip netns exec execs socat: $! is the listener itself.
+	ip netns exec "$ns" socat "$spec" SYSTEM:'echo $SOCAT_PEERADDR' </dev/null >/dev/null 2>&1 &
 	PIDS+=($!)
 	for _ in $(seq 50); do
 		ip netns exec "$ns" ss -Htln "sport = :8080" | grep -qF "$addr" && return 0
@@ -247,7 +257,7 @@ mkns "$TAG-refused"
 if out=$(cni add refused "$TAG-refused" '{"podwire.io/forwarding": "true"}' default 2>&1); then st=1; else st=0; fi
 note "cnitool: $(grep -m1 -i 'error' <<<"$out")"
 cni del refused "$TAG-refused" >/dev/null 2>&1 || true # as a runtime would: ptp releases its part
-ip netns del "$TAG-refused"
+delns "$TAG-refused"
 [ $st = 0 ] && [[ $out == *forwarding.namespaces* ]]
 verdict "refused: a forwarding pod in namespace default fails ADD naming the gate" $?
 
@@ -269,7 +279,7 @@ if ip netns add "$TAG-vlanprobe" && ip -n "$TAG-vlanprobe" link add br0 type bri
 		st=1
 	fi
 	cni del vlan "$TAG-vlan" >/dev/null 2>&1 || st=1
-	ip netns del "$TAG-vlan"
+	delns "$TAG-vlan"
 	verdict "VLAN: a pod annotated podwire.io/vlan=100 gets net1 on an access port of podwire0" $st
 else
 	ip netns del "$TAG-vlanprobe" 2>/dev/null || true
@@ -283,9 +293,9 @@ say "DEL both pods twice (the runtime's second DEL has no netns and no cached re
 st=0
 cni del ordinary "$ORD" || st=1
 cni del router "$ROUTER" || st=1
-ip netns del "$CLIENT"
-ip netns del "$ORD"
-ip netns del "$ROUTER"
+delns "$CLIENT"
+delns "$ORD"
+delns "$ROUTER"
 cni del ordinary "$ORD" || st=1
 cni del router "$ROUTER" || st=1
 left=$(
