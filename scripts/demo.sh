@@ -210,6 +210,8 @@ ip -n "$CLIENT" -6 route add default via 2001:db8:100::1
 serve "$SERVER" 192.0.2.100
 serve "$SERVER" 2001:db8:1::100
 serve "$ORD" "$O6"
+serve "$CLIENT" 198.51.100.10
+serve "$CLIENT" 2001:db8:100::10
 
 say "claims"
 set +e # a claim that fails is reported, not fatal
@@ -236,8 +238,13 @@ for fam in 4 6; do
 	got=$(peer "$CLIENT" "$dst")
 	note "client $src -> server $dst via the router pod: server saw ${got:-nothing}"
 	[ "$got" = "$src" ] || ok=1
+	# and the other way: the server opens a connection to the client
+	# (return path: the node's podwire.io/routes route to the router pod)
+	got=$(peer "$SERVER" "$src")
+	note "server $dst -> client $src: client saw ${got:-nothing}"
+	[ "$got" = "$dst" ] || ok=1
 done
-verdict "forwarding carried: client behind the forwarding pod reaches the server and back with its own address" $ok
+verdict "forwarding carried: client behind the forwarding pod and the server reach each other with their own addresses" $ok
 
 got=$(peer "$LB" "$O6")
 note "TCP from lb fe80::1234:5678:9abc -> pod [$O6]:8080: pod saw ${got:-nothing}"
@@ -258,11 +265,13 @@ if out=$(cni add refused "$TAG-refused" '{"podwire.io/forwarding": "true"}' defa
 note "cnitool: $(grep -m1 -i 'error' <<<"$out")"
 cni del refused "$TAG-refused" >/dev/null 2>&1 || true # as a runtime would: ptp releases its part
 delns "$TAG-refused"
-[ $st = 0 ] && [[ $out == *forwarding.namespaces* ]]
-verdict "refused: a forwarding pod in namespace default fails ADD naming the gate" $?
+recs=$(ls "$WORK/state"/*.json 2>/dev/null | wc -l)
+note "podwire records after the refusal: $recs (the two pods only)"
+[ $st = 0 ] && [[ $out == *forwarding.namespaces* ]] && [ "$recs" = 2 ]
+verdict "refused: a forwarding pod in namespace default fails ADD naming the gate, nothing recorded" $?
 
 in_ "$NODE" "$BIN" status --conflist "$CONF" >"$WORK/status.txt" 2>&1 || true
-sed -n '/^attachments/,/^$/p' "$WORK/status.txt" | sed 's/^/   /'
+sed -n '/^tables:/,/^$/p; /^attachments/,/^$/p; /^warnings/,$p' "$WORK/status.txt" | grep -v '^$' | sed 's/^/   /'
 grep -q 'default/ordinary' "$WORK/status.txt" && grep -q 'nf-edge/router' "$WORK/status.txt"
 verdict "podwire status lists both pods" $?
 
