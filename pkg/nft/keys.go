@@ -66,3 +66,10 @@ func Return() *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictReturn} }
 func LookupSet(reg uint32, set *nftables.Set, invert bool) *expr.Lookup {
 	return &expr.Lookup{SourceRegister: reg, SetName: set.Name, SetID: set.ID, Invert: invert}
 }
+
+// LinkLocalMask and LinkLocalPrefix match fe80::/10 (RFC 4291 2.5.6) on a
+// 16-byte IPv6 address register: (addr & LinkLocalMask) == LinkLocalPrefix.
+var (
+	LinkLocalMask   = append([]byte{0xff, 0xc0}, make([]byte, 14)...)
+	LinkLocalPrefix = append([]byte{0xfe, 0x80}, make([]byte, 14)...)
+)

@@ -42,13 +42,15 @@ func rules() []nft.RuleFunc {
 		concatLookup(unix.NFPROTO_IPV6, ipv6SaddrOffset, 16, setPodV6),
 		concatLookup(unix.NFPROTO_IPV6, ipv6SaddrOffset, 16, setAllowV6),
 		func(map[string]*nftables.Set) []expr.Any {
-			// fe80::/10: the first two bytes masked with ffc0 are fe80.
+			// fe80::/10, encoded as nft(8) encodes it (the whole address loaded,
+			// masked with ffc0::, compared with fe80::) so that `nft list`
+			// prints "ip6 saddr fe80::/10".
 			return append(nfproto(unix.NFPROTO_IPV6),
 				&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: nft.Reg1,
-					Base: expr.PayloadBaseNetworkHeader, Offset: ipv6SaddrOffset, Len: 2},
-				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 2,
-					Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{0xfe, 0x80}},
+					Base: expr.PayloadBaseNetworkHeader, Offset: ipv6SaddrOffset, Len: 16},
+				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 16,
+					Mask: nft.LinkLocalMask, Xor: make([]byte, 16)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: nft.LinkLocalPrefix},
 				nft.Accept(),
 			)
 		},

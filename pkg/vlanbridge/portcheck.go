@@ -124,12 +124,14 @@ func portRules() []nft.RuleFunc {
 		portLookup(unix.ETH_P_IP, ipv4SaddrOffset, 4, setPortV4),
 		portLookup(unix.ETH_P_IPV6, ipv6SaddrOffset, 16, setPortV6),
 		func(map[string]*nftables.Set) []expr.Any {
-			// fe80::/10: the first two bytes masked with ffc0 are fe80.
+			// fe80::/10, encoded as nft(8) encodes it (the whole address loaded,
+			// masked with ffc0::, compared with fe80::) so that `nft list`
+			// prints "ip6 saddr fe80::/10".
 			return append(protocol(unix.ETH_P_IPV6),
-				load(expr.PayloadBaseNetworkHeader, ipv6SaddrOffset, 2, nft.Reg1),
-				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 2,
-					Mask: []byte{0xff, 0xc0}, Xor: []byte{0, 0}},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{0xfe, 0x80}},
+				load(expr.PayloadBaseNetworkHeader, ipv6SaddrOffset, 16, nft.Reg1),
+				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 16,
+					Mask: nft.LinkLocalMask, Xor: make([]byte, 16)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: nft.LinkLocalPrefix},
 				nft.Accept())
 		},
 		func(map[string]*nftables.Set) []expr.Any {
