@@ -6,6 +6,8 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/forwarding"
 )
 
 // cmdStatus answers whether ADD can work (CNI 1.1 STATUS): nil when it can,
@@ -17,7 +19,15 @@ func cmdStatus(args *skel.CmdArgs) error {
 		return err
 	}
 	for _, p := range statusProblems(a) {
+		a.log.Error("STATUS: plugin not available", "problem", p)
 		return types.NewError(types.ErrPluginNotAvailable, p, "")
+	}
+	// Not a reason to refuse ADD, but said loudly (DESIGN.md, rp_filter):
+	// forwarding pods cannot forward IPv4 while all.rp_filter > 0.
+	if len(a.conf.Forwarding.Namespaces) > 0 {
+		if w := forwarding.RPFilterWarning(); w != "" {
+			a.log.Warn(w)
+		}
 	}
 	return nil
 }
