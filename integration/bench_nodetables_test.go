@@ -31,12 +31,12 @@ func BenchmarkNodeTablesADD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { nodeNS.Close(); _ = testutils.UnmountNS(nodeNS) }()
+	defer func() { releaseNS(nodeNS) }()
 	podNS, err := testutils.NewNS()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { podNS.Close(); _ = testutils.UnmountNS(podNS) }()
+	defer func() { releaseNS(podNS) }()
 	dir := b.TempDir()
 	err = nodeNS.Do(func(ns.NetNS) error {
 		for _, c := range [][]string{

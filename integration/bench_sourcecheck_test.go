@@ -55,7 +55,7 @@ func newBenchNode(b *testing.B) *benchNode {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { nodeNS.Close(); _ = testutils.UnmountNS(nodeNS) })
+	b.Cleanup(func() { releaseNS(nodeNS) })
 	bn := &benchNode{ns: nodeNS, dir: b.TempDir()}
 	bn.cni = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(bn.dir, "cache"), nil)
 	err = nodeNS.Do(func(ns.NetNS) error {
@@ -158,7 +158,7 @@ func BenchmarkSourceCheckPPS(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { podNS.Close(); _ = testutils.UnmountNS(podNS) })
+			b.Cleanup(func() { releaseNS(podNS) })
 			list, rt := bn.list(b, true), benchRuntimeConf(podNS.Path())
 			if err := bn.ns.Do(func(ns.NetNS) error {
 				_, err := bn.cni.AddNetworkList(context.Background(), list, rt)
@@ -347,7 +347,7 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { podNS.Close(); _ = testutils.UnmountNS(podNS) })
+	b.Cleanup(func() { releaseNS(podNS) })
 	ptpList := bn.list(b, false)
 	// cycle returns the wall time of podwire's ADD and its CPU time (user +
 	// system, from the children's rusage), which a loaded machine disturbs

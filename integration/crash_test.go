@@ -179,7 +179,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { podNS.Close(); _ = testutils.UnmountNS(podNS) })
+	t.Cleanup(func() { releaseNS(podNS) })
 	if err := podNS.Do(func(ns.NetNS) error {
 		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
 		return err

@@ -27,7 +27,7 @@ func newBackendFor(t testing.TB, nodeNS ns.NetNS) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { bns.Close(); _ = testutils.UnmountNS(bns) })
+	t.Cleanup(func() { releaseNS(bns) })
 	b := &backend{ns: bns, v4: netip.MustParseAddr("192.0.2.2"), v6: netip.MustParseAddr("2001:db8:5::2")}
 	vethPair(t, nodeNS, "srv0", bns, "eth0")
 	doIn(t, nodeNS, [][]string{

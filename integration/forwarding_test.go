@@ -32,7 +32,7 @@ func clientBehind(t *testing.T, f *pod) (ns.NetNS, netip.Addr, netip.Addr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cns.Close(); _ = testutils.UnmountNS(cns) })
+	t.Cleanup(func() { releaseNS(cns) })
 	vethPair(t, f.ns, "cl0", cns, "eth0")
 	doIn(t, f.ns, [][]string{
 		{"ip", "addr", "add", "198.51.100.1/24", "dev", "cl0"},

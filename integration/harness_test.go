@@ -28,6 +28,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
+	"golang.org/x/sys/unix"
 )
 
 // specVersions are the CNI spec versions every verb is tested with.
@@ -89,10 +90,7 @@ func newNode(t *testing.T) *node {
 		t.Fatalf("failed to create node netns: %v", err)
 	}
 	n := &node{t: t, ns: nodeNS, dir: t.TempDir(), v4Pool: "10.244.1.0/24", v6Pool: "fd00:244:1::/64"}
-	t.Cleanup(func() {
-		nodeNS.Close()
-		_ = testutils.UnmountNS(nodeNS)
-	})
+	t.Cleanup(func() { releaseNS(nodeNS) })
 	n.cni = libcni.NewCNIConfigWithCacheDir(
 		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.dir, "cache"), nil)
 	n.do(func() error {
@@ -288,8 +286,7 @@ func (n *node) mustAddPod(s podSpec) *pod {
 
 func (p *pod) closeNS() {
 	if p.ns != nil {
-		p.ns.Close()
-		_ = testutils.UnmountNS(p.ns)
+		releaseNS(p.ns)
 		p.ns = nil
 	}
 }
@@ -384,5 +381,18 @@ func eventually(d time.Duration, f func() error) error {
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// releaseNS closes a netns made by testutils.NewNS and removes its bind
+// mount. Under parallel ADDs a plain unmount can fail with EBUSY while
+// another goroutine's new netns mount propagates through the shared
+// /var/run/netns; a lazy unmount (MNT_DETACH) then still removes it, so no
+// test leaves a netns behind.
+func releaseNS(n ns.NetNS) {
+	n.Close()
+	if err := testutils.UnmountNS(n); err != nil {
+		_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
+		_ = os.Remove(n.Path())
 	}
 }

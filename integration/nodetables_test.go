@@ -70,7 +70,7 @@ func uplink(t *testing.T, n *node, defaultRoute6 bool) ns.NetNS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { peer.Close(); _ = testutils.UnmountNS(peer) })
+	t.Cleanup(func() { releaseNS(peer) })
 	n.do(func() error {
 		for _, c := range [][]string{
 			{"link", "add", "uplink0", "type", "veth", "peer", "name", "lb0", "netns", filepath.Base(peer.Path())},
