@@ -1,10 +1,12 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/google/nftables"
+
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
 )
 
 // podwireTables lists the podwire tables ("family name") in the node netns.
@@ -20,43 +22,22 @@ func (n *node) podwireTables() ([]string, error) {
 	}
 	var out []string
 	for _, t := range ts {
-		if strings.HasPrefix(t.Name, "podwire") {
-			out = append(out, fmt.Sprintf("%s %s", family(t.Family), t.Name))
+		if strings.HasPrefix(t.Name, nft.OwnerPrefix) {
+			out = append(out, nft.ID{Family: t.Family, Name: t.Name}.String())
 		}
 	}
 	return out, nil
 }
 
 // deletePodwireTables removes every podwire table from the node netns (a
-// node whose tables are absent: the next ADD is a first invocation).
+// node whose tables are absent: the next ADD is a first invocation), with
+// the same function `podwire uninstall` uses.
 func (n *node) deletePodwireTables() error {
 	c, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Fd())))
 	if err != nil {
 		return err
 	}
 	defer c.CloseLasting()
-	ts, err := c.ListTables()
-	if err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if strings.HasPrefix(t.Name, "podwire") {
-			c.DelTable(t)
-		}
-	}
-	return c.Flush()
-}
-
-func family(f nftables.TableFamily) string {
-	switch f {
-	case nftables.TableFamilyINet:
-		return "inet"
-	case nftables.TableFamilyIPv4:
-		return "ip"
-	case nftables.TableFamilyIPv6:
-		return "ip6"
-	case nftables.TableFamilyBridge:
-		return "bridge"
-	}
-	return fmt.Sprint(f)
+	_, err = nodetables.RemoveAll(c)
+	return err
 }
