@@ -1,12 +1,17 @@
 package integration
 
 import (
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 )
 
 // TestVerbsThroughLibcni drives every verb through libcni with podwire
@@ -129,5 +134,69 @@ func TestDelWithMalformedCNIArgs(t *testing.T) {
 	}
 	if got := n.records(); len(got) != 0 {
 		t.Fatalf("records after DEL: %v", got)
+	}
+}
+
+// TestRepeatedAddReplacesTheAttachment: an ADD for an attachment podwire
+// already wired (a runtime retrying ADD without a DEL) first undoes the old
+// one from its record, so nothing is doubled or left unrecorded: one record,
+// one route, CHECK passes, and one DEL removes everything.
+func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
+	n := newNode(t)
+	keys := map[string]any{"forwarding": map[string]any{
+		"namespaces": []string{"nf-*"}, "routablePrefixes": []string{"198.51.100.0/24"}}}
+	p := n.mustAddPod(podSpec{namespace: "nf-a", podwire: keys, annotations: map[string]string{
+		"podwire.io/forwarding": "true", "podwire.io/routes": "198.51.100.0/24"}})
+
+	// podwire alone, with the chain's cached result as its prevResult.
+	var cached types.Result
+	n.do(func() error {
+		var err error
+		cached, err = n.cni.GetNetworkListCachedResult(p.list, p.rt)
+		return err
+	})
+	var prev map[string]any
+	b, _ := json.Marshal(cached)
+	_ = json.Unmarshal(b, &prev)
+	var entry map[string]any
+	_ = json.Unmarshal(p.list.Plugins[1].Bytes, &entry)
+	entry["prevResult"] = prev
+	lb, _ := json.Marshal(map[string]any{"cniVersion": p.list.CNIVersion, "name": p.list.Name, "plugins": []any{entry}})
+	alone, err := libcni.ConfListFromBytes(lb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := n.ns.Do(func(ns.NetNS) error {
+			_, err := n.cni.AddNetworkList(t.Context(), alone, p.rt)
+			return err
+		}); err != nil {
+			t.Fatalf("repeated ADD %d: %v\n%s", i+1, err, n.log())
+		}
+	}
+	if got := n.records(); len(got) != 1 {
+		t.Fatalf("records after repeated ADDs: %v, want 1", got)
+	}
+	_, dst, _ := net.ParseCIDR("198.51.100.0/24")
+	countRoutes := func() int {
+		var routes []netlink.Route
+		n.do(func() error {
+			var err error
+			routes, err = netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+			return err
+		})
+		return len(routes)
+	}
+	if c := countRoutes(); c != 1 {
+		t.Fatalf("%d routes for 198.51.100.0/24 after repeated ADDs, want 1", c)
+	}
+	if err := p.check(); err != nil {
+		t.Fatalf("CHECK after repeated ADDs: %v", err)
+	}
+	if err := p.del(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if got, c := n.records(), countRoutes(); len(got) != 0 || c != 0 {
+		t.Fatalf("after DEL: records %v, %d routes", got, c)
 	}
 }
