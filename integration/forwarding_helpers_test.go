@@ -23,27 +23,38 @@ func (n *node) newBackend() *backend { return newBackendFor(n.t, n.ns) }
 // newBackendFor is newBackend for any node netns (benchmarks).
 func newBackendFor(t testing.TB, nodeNS ns.NetNS) *backend {
 	t.Helper()
-	bns, err := testutils.NewNS()
+	bns := hostBehind(t, nodeNS, "srv0",
+		netip.MustParsePrefix("192.0.2.1/24"), netip.MustParsePrefix("2001:db8:5::1/64"),
+		netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("2001:db8:5::2"))
+	return &backend{ns: bns, v4: netip.MustParseAddr("192.0.2.2"), v6: netip.MustParseAddr("2001:db8:5::2")}
+}
+
+// hostBehind makes a netns joined to parent by a veth: parent side parentIf
+// with the gateway addresses gw4 and gw6 (their prefix lengths are the
+// link's), host side "eth0" with host4 and host6 and default routes via the
+// gateways. The test's cleanup removes the netns.
+func hostBehind(t testing.TB, parent ns.NetNS, parentIf string, gw4, gw6 netip.Prefix, host4, host6 netip.Addr) ns.NetNS {
+	t.Helper()
+	hns, err := testutils.NewNS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { releaseNS(bns) })
-	b := &backend{ns: bns, v4: netip.MustParseAddr("192.0.2.2"), v6: netip.MustParseAddr("2001:db8:5::2")}
-	vethPair(t, nodeNS, "srv0", bns, "eth0")
-	doIn(t, nodeNS, [][]string{
-		{"ip", "addr", "add", "192.0.2.1/24", "dev", "srv0"},
-		{"ip", "-6", "addr", "add", "2001:db8:5::1/64", "dev", "srv0", "nodad"},
-		{"ip", "link", "set", "srv0", "up"},
+	t.Cleanup(func() { releaseNS(hns) })
+	vethPair(t, parent, parentIf, hns, "eth0")
+	doIn(t, parent, [][]string{
+		{"ip", "addr", "add", gw4.String(), "dev", parentIf},
+		{"ip", "-6", "addr", "add", gw6.String(), "dev", parentIf, "nodad"},
+		{"ip", "link", "set", parentIf, "up"},
 	})
-	doIn(t, bns, [][]string{
+	doIn(t, hns, [][]string{
 		{"ip", "link", "set", "lo", "up"},
-		{"ip", "addr", "add", "192.0.2.2/24", "dev", "eth0"},
-		{"ip", "-6", "addr", "add", "2001:db8:5::2/64", "dev", "eth0", "nodad"},
+		{"ip", "addr", "add", netip.PrefixFrom(host4, gw4.Bits()).String(), "dev", "eth0"},
+		{"ip", "-6", "addr", "add", netip.PrefixFrom(host6, gw6.Bits()).String(), "dev", "eth0", "nodad"},
 		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "route", "add", "default", "via", "192.0.2.1"},
-		{"ip", "-6", "route", "add", "default", "via", "2001:db8:5::1"},
+		{"ip", "route", "add", "default", "via", gw4.Addr().String()},
+		{"ip", "-6", "route", "add", "default", "via", gw6.Addr().String()},
 	})
-	return b
+	return hns
 }
 
 // vethPair makes a veth between two netns: aName in a, bName in b (down).

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
 )
@@ -28,26 +27,10 @@ var fwdConfig = map[string]any{
 // 198.51.100.10 and 2001:db8:100::10 with default routes via f.
 func clientBehind(t *testing.T, f *pod) (ns.NetNS, netip.Addr, netip.Addr) {
 	t.Helper()
-	cns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseNS(cns) })
-	vethPair(t, f.ns, "cl0", cns, "eth0")
-	doIn(t, f.ns, [][]string{
-		{"ip", "addr", "add", "198.51.100.1/24", "dev", "cl0"},
-		{"ip", "-6", "addr", "add", "2001:db8:100::1/64", "dev", "cl0", "nodad"},
-		{"ip", "link", "set", "cl0", "up"},
-	})
-	doIn(t, cns, [][]string{
-		{"ip", "link", "set", "lo", "up"},
-		{"ip", "addr", "add", "198.51.100.10/24", "dev", "eth0"},
-		{"ip", "-6", "addr", "add", "2001:db8:100::10/64", "dev", "eth0", "nodad"},
-		{"ip", "link", "set", "eth0", "up"},
-		{"ip", "route", "add", "default", "via", "198.51.100.1"},
-		{"ip", "-6", "route", "add", "default", "via", "2001:db8:100::1"},
-	})
-	return cns, netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8:100::10")
+	c4, c6 := netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8:100::10")
+	cns := hostBehind(t, f.ns, "cl0",
+		netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:100::1/64"), c4, c6)
+	return cns, c4, c6
 }
 
 // TestForwardingPodCarriesTraffic: a forwarding pod in an allowed namespace
