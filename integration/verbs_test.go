@@ -28,7 +28,8 @@ func TestVerbsThroughLibcni(t *testing.T) {
 				t.Fatalf("STATUS: %v", err)
 			}
 			a := n.mustAddPod(podSpec{version: v})
-			b := n.mustAddPod(podSpec{version: v, annotations: map[string]string{"unrelated": "x"}})
+			// A bystander with foreign annotations: GC keeping only a removes it.
+			n.mustAddPod(podSpec{version: v, annotations: map[string]string{"unrelated": "x"}})
 			if !a.v4.IsValid() || !a.v6.IsValid() {
 				t.Fatalf("ADD result lacks ptp's dual-stack addresses: %+v", a.result)
 			}
@@ -67,7 +68,6 @@ func TestVerbsThroughLibcni(t *testing.T) {
 				}
 				return
 			}
-			_ = b
 			if err := a.del(); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
@@ -102,10 +102,9 @@ func TestAddWithoutPrevResult(t *testing.T) {
 	n := newNode(t)
 	list := n.conflist("1.0.0", nil)
 	list.Plugins = list.Plugins[1:]
-	p := &pod{n: n, list: list, rt: podSpec{}.runtimeConf("/var/run/netns/none")}
-	_ = p
+	rt := podSpec{}.runtimeConf("/var/run/netns/none")
 	err := n.ns.Do(func(ns.NetNS) error {
-		_, err := n.cni.AddNetworkList(t.Context(), list, p.rt)
+		_, err := n.cni.AddNetworkList(t.Context(), list, rt)
 		return err
 	})
 	if err == nil || cniCode(err) != 7 {
