@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -14,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 )
 
@@ -94,32 +90,7 @@ current-context: fake
 // in CNI_ARGS and no annotations capability (an old runtime), so podwire
 // falls back to the API.
 func (n *node) addPodUID(namespace, name, uid string, conf map[string]any) (*pod, error) {
-	n.t.Helper()
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	s := podSpec{version: "1.1.0", namespace: namespace, name: name, noCapability: true, podwire: conf}
-	p := &pod{n: n, ns: podNS, list: n.conflist(s.version, conf), rt: s.runtimeConf(podNS.Path())}
-	for i, kv := range p.rt.Args {
-		if kv[0] == "K8S_POD_UID" {
-			p.rt.Args[i][1] = uid
-		}
-	}
-	n.t.Cleanup(func() { _ = p.del(); p.closeNS() })
-	var res types.Result
-	err = n.ns.Do(func(ns.NetNS) error {
-		res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
-		return err
-	})
-	if err != nil {
-		_ = p.del()
-		return nil, err
-	}
-	if p.result, err = current.NewResultFromResult(res); err != nil {
-		n.t.Fatal(err)
-	}
-	return p, nil
+	return n.addPod(podSpec{version: "1.1.0", namespace: namespace, name: name, uid: uid, noCapability: true, podwire: conf})
 }
 
 // TestAPIFallback: without the runtime's annotations capability podwire

@@ -22,8 +22,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 func init() {
@@ -177,11 +178,11 @@ func (b *bench) run() error {
 // probeVLANFiltering reports whether a bridge with VLAN filtering can be
 // made (in a throwaway netns).
 func probeVLANFiltering() (bool, string) {
-	t, err := testutils.NewNS()
+	t, err := cnitest.NewNS()
 	if err != nil {
 		return false, err.Error()
 	}
-	defer func() { t.Close(); _ = testutils.UnmountNS(t) }()
+	defer cnitest.ReleaseNS(t)
 	err = t.Do(func(ns.NetNS) error {
 		on := true
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, VlanFiltering: &on}); err != nil {
