@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -22,7 +23,9 @@ import (
 
 // Defaults for keys left out of the config.
 const (
-	DefaultStateDir  = "/run/podwire"
+	DefaultStateDir = "/run/podwire"
+	// AgentSocketName is the node agent's unix socket in stateDir (agentSocket's default).
+	AgentSocketName  = "agent.sock"
 	DefaultBridge    = "podwire0"
 	DefaultPodIfName = "net1"
 
@@ -52,8 +55,11 @@ type NetConf struct {
 	// Attachments is the older spelling of cni.dev/valid-attachments for GC.
 	Attachments []types.GCAttachment `json:"cni.dev/attachments,omitempty"`
 
-	LogFile      string     `json:"logFile,omitempty"`
-	StateDir     string     `json:"stateDir,omitempty"`
+	LogFile     string `json:"logFile,omitempty"`
+	StateDir    string `json:"stateDir,omitempty"`
+	AgentSocket string `json:"agentSocket,omitempty"`
+	// Kubeconfig and NodeName are retired keys (the plugin makes no API
+	// call since the node agent): accepted with a warning and unused.
 	Kubeconfig   string     `json:"kubeconfig,omitempty"`
 	NodeName     string     `json:"nodeName,omitempty"`
 	Bridge       string     `json:"bridge,omitempty"`
@@ -154,6 +160,10 @@ func Parse(stdin []byte) (*NetConf, error) {
 	}
 	if conf.StateDir == "" {
 		conf.StateDir = DefaultStateDir
+	}
+	if conf.AgentSocket == "" {
+		// Under stateDir: the DaemonSet mounts that one host directory.
+		conf.AgentSocket = filepath.Join(conf.StateDir, AgentSocketName)
 	}
 	if conf.Bridge == "" {
 		conf.Bridge = DefaultBridge
