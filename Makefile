@@ -16,6 +16,7 @@ export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
 build:
 	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire ./plugins/podwire
+	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire-agent ./cmd/podwire-agent
 
 tools: $(TOOLS_DIR)/.stamp
 
