@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"k8s.io/client-go/metadata"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 
 	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
