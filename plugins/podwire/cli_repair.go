@@ -63,7 +63,7 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "podwire repair: nftables unusable: %v\n", err)
 			return 1
 		}
-		a := &attachment{conf: conf, store: state.New(conf.StateDir), log: newLogger(conf.LogFile).With("verb", "repair")}
+		a := &attachment{conf: conf, store: state.New(conf.StateDir), log: newLogger(conf).With("verb", "repair")}
 		if res.Repaired, err = nft.Ensure(c, want, a.nodeLock, func() (nft.Elements, error) {
 			return allElements(conf, a.store, a.log)
 		}); err != nil {
