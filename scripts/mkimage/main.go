@@ -76,7 +76,7 @@ func build(out, name, entry string, bins []string) error {
 		return err
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         name,
+		"io.containerd.image.name":          name,
 		"org.opencontainers.image.ref.name": name,
 	})); err != nil {
 		return err
