@@ -182,6 +182,8 @@ type podSpec struct {
 	// noCapability leaves the capability out, as an old runtime would.
 	noCapability bool
 	podwire      map[string]any // extra podwire config keys
+	// list replaces the harness's conflist (one read from a conf dir).
+	list *libcni.NetworkConfigList
 }
 
 // pod is one pod sandbox: its netns and CNI attachment.
@@ -238,7 +240,10 @@ func (n *node) addPod(s podSpec) (*pod, error) {
 	if err != nil {
 		n.t.Fatalf("failed to create pod netns: %v", err)
 	}
-	p := &pod{n: n, ns: podNS, list: n.conflist(s.version, s.podwire), rt: s.runtimeConf(podNS.Path())}
+	p := &pod{n: n, ns: podNS, list: s.list, rt: s.runtimeConf(podNS.Path())}
+	if p.list == nil {
+		p.list = n.conflist(s.version, s.podwire)
+	}
 	// Test speed only: no IPv6 duplicate address detection in the pod, so
 	// ptp does not wait a second for addresses to settle.
 	if err := podNS.Do(func(ns.NetNS) error {

@@ -276,7 +276,7 @@ func (a *Agent) repair(ctx context.Context) {
 	a.status.Repairs++
 	a.status.LastRepair = now.UTC()
 	a.mu.Unlock()
-	msg := fmt.Sprintf("podwire's nftables tables had drifted and were rebuilt: %v", tables)
+	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were rebuilt: %v", tables)
 	a.log.Warn(msg)
 	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
 		a.log.Warn("failed to record the Event", "error", err)

@@ -58,7 +58,8 @@ func recordEvent(ctx context.Context, events corev1client.EventsGetter, node, no
 	}
 	t := metav1.NewTime(now)
 	_, err := events.Events(eventNamespace).Create(ctx, &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: node + ".podwire-", Namespace: eventNamespace},
+		// Named as the kubelet names its events: object name, unique suffix.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", node, now.UnixNano()), Namespace: eventNamespace},
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "Node", Name: node, UID: ktypes.UID(nodeUID),
 		},
