@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/podwire/podwire/pkg/agent"
+	"github.com/podwire/podwire/pkg/agentapi"
 )
 
 // These tests run the real agent (pkg/agent, in-process, on a thread inside
@@ -312,5 +314,17 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// podwire status shows the agent's state.
+	out, err := exec.Command("nsenter", "--net="+n.ns.Path(), podwireBin, "status", "--conflist", confFile, "--json").Output()
+	if err != nil {
+		t.Fatalf("podwire status: %v", err)
+	}
+	var st struct {
+		Agent *agentapi.Status `json:"agent"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Agent == nil || !st.Agent.Ready || st.Agent.Restores < 1 || st.Agent.Repairs < 1 {
+		t.Fatalf("podwire status does not show the agent's restores and repairs: %v\n%s", err, out)
 	}
 }
