@@ -150,6 +150,10 @@ func (b *bench) run() error {
 	if err := b.latency(); err != nil {
 		return err
 	}
+	b.progress("start-up: CNI VERSION of podwire and passthrough")
+	if err := b.startup(); err != nil {
+		return err
+	}
 	b.progress("podwire and passthrough run directly (time, peak RSS)")
 	if err := b.direct(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -418,5 +419,44 @@ func (b *bench) throughput() error {
 		}
 	}
 	b.r.pps = arms
+	return nil
+}
+
+// startupStats are one binary's start-up figures: CNI VERSION, which does
+// nothing but start, parse and answer (ms).
+type startupStats struct {
+	wall, cpu []float64
+}
+
+// startup runs CNI VERSION of podwire and of the passthrough floor 20 times
+// each, round-robin: every exec of the plugin (ADD, DEL, CHECK, and the
+// STATUS a kubelet polls) pays this before any work.
+func (b *bench) startup() error {
+	bins := []struct{ name, bin string }{
+		{"podwire", b.podwireBin},
+		{"passthrough", filepath.Join(b.benchBin, "passthrough")},
+	}
+	b.r.startup = map[string]*startupStats{}
+	for _, p := range bins {
+		b.r.startupOrder = append(b.r.startupOrder, p.name)
+		b.r.startup[p.name] = &startupStats{}
+	}
+	for r := -3; r < 20; r++ {
+		for _, p := range bins {
+			cmd := exec.Command(p.bin)
+			cmd.Env = []string{"CNI_COMMAND=VERSION", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+			cmd.Stdin = strings.NewReader(`{"cniVersion":"1.1.0"}`)
+			t0 := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("%s VERSION: %v: %s", p.bin, err, out)
+			}
+			if r < 0 {
+				continue
+			}
+			s := b.r.startup[p.name]
+			s.wall = append(s.wall, float64(time.Since(t0))/1e6)
+			s.cpu = append(s.cpu, float64(cmd.ProcessState.UserTime()+cmd.ProcessState.SystemTime())/1e6)
+		}
+	}
 	return nil
 }

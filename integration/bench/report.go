@@ -21,22 +21,25 @@ var findings string
 
 // report is everything the run measured.
 type report struct {
-	machine     []string
-	sizes       [][2]string
-	vlanOK      bool
-	vlanReason  string
-	arms        []*arm
-	lat         map[string]*opStats
-	tablesE     []string
-	direct      map[string]*directStats
-	directOrder []string
-	levels      []*levelStats
-	growth      samples
-	scaleNodes  []*node
-	pps         []*ppsArm
-	duration    time.Duration
-	loadStart   string
-	loadEnd     string
+	machine    []string
+	sizes      [][2]string
+	vlanOK     bool
+	vlanReason string
+	arms       []*arm
+	lat        map[string]*opStats
+	tablesE    []string
+	direct     map[string]*directStats
+	// startup is CNI VERSION of each binary (bench.startup).
+	startup      map[string]*startupStats
+	startupOrder []string
+	directOrder  []string
+	levels       []*levelStats
+	growth       samples
+	scaleNodes   []*node
+	pps          []*ppsArm
+	duration     time.Duration
+	loadStart    string
+	loadEnd      string
 }
 
 func kernel() string {
@@ -230,6 +233,21 @@ func (r *report) markdown(b *bench) string {
 			}
 			p("| %s | %s | %s | %s | %s | %s | %s | %.1f / %.1f MiB | %.1f MiB |\n", name, ms(s.add.p50()), ms(s.add.p90()),
 				ms(s.del.p50()), ms(s.del.p90()), ms(s.addCPU.p50()), ms(s.delCPU.p50()), float64(medianI(s.rssAdd))/1024, float64(mx)/1024, float64(medianI(s.rssDel))/1024)
+		}
+		p("\n")
+	}
+
+	if len(r.startup) > 0 {
+		p("## Start-up: CNI VERSION, 20 runs each (ms, median)\n\n")
+		p("What every exec of the plugin pays before any work. podwire links no k8s.io module (the node agent,\n")
+		p("`cmd/podwire-agent`, is the only binary with client-go). Target: CPU within 1.5x of the floor.\n\n")
+		p("| binary | wall | CPU (user+sys) |\n| --- | ---: | ---: |\n")
+		for _, name := range r.startupOrder {
+			s := r.startup[name]
+			p("| %s | %s | %s |\n", name, ms(medianF(s.wall)), ms(medianF(s.cpu)))
+		}
+		if pw, fl := r.startup["podwire"], r.startup["passthrough"]; pw != nil && fl != nil && medianF(fl.cpu) > 0 {
+			p("\npodwire / floor: wall %.2fx, CPU %.2fx.\n", medianF(pw.wall)/medianF(fl.wall), medianF(pw.cpu)/medianF(fl.cpu))
 		}
 		p("\n")
 	}
