@@ -6,7 +6,6 @@ require (
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.9.1
 	github.com/google/nftables v0.3.0
-	github.com/j-keck/arping v1.0.2
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/net v0.57.0
