@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 )
 
@@ -33,8 +32,10 @@ func Announce(ifName string) error {
 		return fmt.Errorf("interface %q is down: nothing to announce", ifName)
 	}
 	for _, key := range notifySysctls {
-		key = fmt.Sprintf(key, ifName)
-		if _, err := sysctl.Sysctl(key, "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A plain write: sysctl.Sysctl would read the value back, two more
+		// syscalls for nothing.
+		key = "/proc/sys/" + fmt.Sprintf(key, ifName)
+		if err := os.WriteFile(key, []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("failed to set %s: %w", key, err)
 		}
 	}
