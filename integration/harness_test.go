@@ -63,6 +63,9 @@ type node struct {
 	// ptpIPMasq turns on ptp's ipMasq (a primary plugin's masquerade at
 	// srcnat, which podwire's egress SNAT must win over).
 	ptpIPMasq bool
+	// primary, when set, replaces ptp as the chain's first plugin (its
+	// IPAM included), e.g. the reference bridge plugin.
+	primary map[string]any
 }
 
 // newNode makes a node netns; the test's cleanup removes it and, since the
@@ -98,13 +101,14 @@ func (n *node) do(f func() error) {
 func (n *node) stateDir() string { return filepath.Join(n.dir, "state") }
 func (n *node) logFile() string  { return filepath.Join(n.dir, "podwire.log") }
 
-// chain is ptp + host-local (dual stack) then podwire with the given extra
-// keys, for one spec version.
+// chain is ptp + host-local (dual stack), or n.primary, then podwire with
+// the given extra keys, for one spec version.
 func (n *node) chain(version string, podwire map[string]any) cnitest.Chain {
 	return cnitest.Chain{
 		Name: "podwire-test", Version: version, IPAMDir: filepath.Join(n.dir, "ipam"),
 		V4Pool: n.v4Pool, V6Pool: n.v6Pool, DefaultRoutes: true, MTU: 1500, IPMasq: n.ptpIPMasq,
-		Plugins: []map[string]any{cnitest.PodwireEntry(n.stateDir(), n.logFile(), podwire)},
+		PrimaryEntry: n.primary,
+		Plugins:      []map[string]any{cnitest.PodwireEntry(n.stateDir(), n.logFile(), podwire)},
 	}
 }
 
@@ -129,7 +133,9 @@ type podSpec struct {
 	// noCapability leaves the capability out, as an old runtime would.
 	noCapability bool
 	podwire      map[string]any // extra podwire config keys
-	uid          string         // K8S_POD_UID; default random
+	// list replaces the harness's conflist (one read from a conf dir).
+	list *libcni.NetworkConfigList
+	uid  string // K8S_POD_UID; default random
 }
 
 // pod is one pod sandbox: its netns and CNI attachment.
@@ -162,9 +168,12 @@ func (n *node) addPod(s podSpec) (*pod, error) {
 	if s.version == "" {
 		s.version = "1.1.0"
 	}
-	list, err := n.chain(s.version, s.podwire).List()
-	if err != nil {
-		return nil, err
+	list := s.list
+	if list == nil {
+		var err error
+		if list, err = n.chain(s.version, s.podwire).List(); err != nil {
+			return nil, err
+		}
 	}
 	sb, err := n.client().AddSandbox(list, s.args())
 	if err != nil {

@@ -241,7 +241,8 @@ func (r *report) markdown(b *bench) string {
 		p("## Start-up (ms)\n\n")
 		p("Each command run directly (fork, exec, wait), round-robin, %d runs each: the CNI VERSION verb needs no\n", len(r.startup[0].wall))
 		p("config, netns or state, so it is the exec and package initialisation of the binary and one JSON line.\n")
-		p("CPU is wait4's user + system time of the process.\n\n")
+		p("CPU is wait4's user + system time of the process. podwire links no k8s.io module (the node agent,\n")
+		p("`cmd/podwire-agent`, is the only binary with client-go).\n\n")
 		p("| command | wall p50 | wall p90 | CPU p50 | CPU p90 |\n| --- | ---: | ---: | ---: | ---: |\n")
 		for _, st := range r.startup {
 			p("| %s | %s | %s | %s | %s |\n", st.label, ms(st.wall.p50()), ms(st.wall.p90()), ms(st.cpu.p50()), ms(st.cpu.p90()))

@@ -29,12 +29,20 @@ type Chain struct {
 	// IPMasq turns on ptp's ipMasq (a primary plugin's masquerade at
 	// srcnat).
 	IPMasq bool
-	// Plugins are the entries after ptp.
+	// PrimaryEntry, when set, replaces ptp (with its IPAM) as the first
+	// plugin, e.g. the reference bridge plugin; the fields above are then
+	// unused.
+	PrimaryEntry map[string]any
+	// Plugins are the entries after the primary.
 	Plugins []map[string]any
 }
 
-// Primary is ptp's entry with host-local.
+// Primary is the first plugin's entry: PrimaryEntry, else ptp with
+// host-local.
 func (c Chain) Primary() map[string]any {
+	if c.PrimaryEntry != nil {
+		return c.PrimaryEntry
+	}
 	var ranges []any
 	for _, p := range []string{c.V4Pool, c.V6Pool} {
 		if p != "" {

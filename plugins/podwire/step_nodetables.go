@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"time"
-
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
@@ -19,25 +16,11 @@ type nodeTablesStep struct{}
 func (nodeTablesStep) name() string { return "nodetables" }
 
 // plan marks the pod as an egress source and, with egress.nodeAnnotation,
-// refreshes the cached node annotation (an API call only when the cache is
-// older than nodetables.CacheTTL): the tables are built from the cache.
+// makes sure the node agent has written the node's annotation into stateDir
+// (CNI error 11 until it has): the tables are built from that file.
 func (nodeTablesStep) plan(a *attachment) error {
 	a.rec.Egress = a.conf.EgressEnabled()
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
-	fetched, warn, err := nodetables.RefreshNodeEgress(ctx, a.conf, func() (nodetables.NodeGetter, error) {
-		return nodetables.NewNodeGetter(a.conf.Kubeconfig, apiTimeout)
-	}, time.Now())
-	if err != nil {
-		return err
-	}
-	if warn != "" {
-		a.log.Warn(warn)
-	}
-	if fetched {
-		a.log.Info("node annotation " + nodetables.EgressAnnotation + " read from the API")
-	}
-	return nil
+	return nodetables.CheckNodeEgress(a.conf)
 }
 
 // add logs what stops the tables from doing their job (an egress IP not on
