@@ -58,6 +58,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	scripts/check-netlink.sh
 
 clean:
 	rm -rf bin .cache

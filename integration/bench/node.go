@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
@@ -65,7 +66,7 @@ func (b *bench) newNode(name string) (*node, error) {
 				return fmt.Errorf("node sysctl %s: %w", kv[0], err)
 			}
 		}
-		lo, err := netlink.LinkByName("lo")
+		lo, err := netlinksafe.LinkByName("lo")
 		if err != nil {
 			return err
 		}
@@ -78,7 +79,7 @@ func (b *bench) newNode(name string) (*node, error) {
 		if err := netlink.LinkAdd(up); err != nil {
 			return fmt.Errorf("uplink: %w", err)
 		}
-		peer, err := netlink.LinkByName(uplinkName + "-peer")
+		peer, err := netlinksafe.LinkByName(uplinkName + "-peer")
 		if err != nil {
 			return err
 		}

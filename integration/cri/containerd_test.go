@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -129,7 +130,7 @@ func startNode(t *testing.T) *node {
 	}
 	// The streaming server listens on the node's loopback.
 	if err := n.netns.Do(func(ns.NetNS) error {
-		lo, err := netlink.LinkByName("lo")
+		lo, err := netlinksafe.LinkByName("lo")
 		if err != nil {
 			return err
 		}

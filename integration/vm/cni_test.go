@@ -15,8 +15,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 )
 
 // The VM suite's CNI client, a lean twin of integration/harness_test.go
@@ -235,7 +235,7 @@ func (n *node) gc(valid ...*pod) error {
 func (n *node) leftovers() []string {
 	var out []string
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		for _, l := range links {
 			if strings.HasPrefix(l.Attrs().Name, "pwv") {
 				out = append(out, "link "+l.Attrs().Name)

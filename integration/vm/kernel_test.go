@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -49,7 +50,7 @@ var (
 					return fmt.Errorf("failed to add a parent link: %w", err)
 				}
 			}
-			p, err := netlink.LinkByName("probe-d")
+			p, err := netlinksafe.LinkByName("probe-d")
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -33,7 +34,7 @@ func newNS(t *testing.T) ns.NetNS {
 }
 
 func linkUp(name string) error {
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("failed to find %q: %w", name, err)
 	}
@@ -69,7 +70,7 @@ func addVeth(t *testing.T, host ns.NetNS, hostName string, peer ns.NetNS, peerNa
 func addAddr(t *testing.T, n ns.NetNS, ifname, cidr string) {
 	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(ifname)
+		l, err := netlinksafe.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("failed to find %q: %w", ifname, err)
 		}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/podwire/podwire/pkg/forwarding"
 )
@@ -45,7 +45,7 @@ func statusProblems(a *attachment) []string {
 		}
 	}
 	if a.conf.Uplink != "" {
-		if _, err := netlink.LinkByName(a.conf.Uplink); err != nil {
+		if _, err := netlinksafe.LinkByName(a.conf.Uplink); err != nil {
 			out = append(out, fmt.Sprintf("uplink %q missing: %v", a.conf.Uplink, err))
 		}
 	}
