@@ -31,8 +31,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// specVersions are the CNI spec versions every verb is tested with.
-var specVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+// specVersions are the CNI spec versions every verb is tested with: 0.3.x
+// because the stock flannel, Calico and Cilium conflists declare 0.3.1.
+var specVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// hasCheck reports whether spec version v has the CHECK verb (0.4.0 and
+// later; libcni refuses CHECK for older lists before any plugin runs).
+func hasCheck(v string) bool { return v != "0.3.0" && v != "0.3.1" }
 
 var (
 	podwireBin string
