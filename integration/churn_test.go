@@ -171,17 +171,17 @@ func podLinks(t *testing.T, n *node) []string {
 // round's DELs the node holds no record, set element, route or host veth of
 // the round's pods.
 //
-// On this path (no VLAN) podwire reads the node netns with GETs only, so
-// the test also passes with netlink's own dumps (tried: 3 runs); it keeps a
-// dump added to the ADD path honest. The VLAN twin in the VM suite is the
-// one that fails without netlinksafe.
+// Without VLAN pods, ADD and DEL read the node netns with GETs only; the
+// dump on this path is STATUS's check of the uplink's addresses (a warning
+// in the log when it fails: STATUS never fails for the uplink). The VLAN
+// twin in the VM suite covers ADD's own dumps.
 func TestNetlinkChurn(t *testing.T) {
 	n := newNode(t)
 	be := n.newBackend()
 	srv := listenTCP(t, be.ns, "[::]:0")
 	churnBase(t, n, 100, 300)
 	conf := relConf()
-	// STATUS looks the uplink up: an idle veth, no global address.
+	// STATUS checks the uplink: an idle veth, no global address.
 	n.do(func() error {
 		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0"}, PeerName: "uplink0p"})
 	})
@@ -233,8 +233,15 @@ func TestNetlinkChurn(t *testing.T) {
 				}
 			}
 		}
-		if err := n.status(live[0].p.list); err != nil {
-			t.Fatalf("round %d: STATUS under churn: %v", r, err)
+		// STATUS reads the uplink's addresses (a dump of every address of
+		// the node); a failed read is a warning in the log, checked below.
+		for range 10 {
+			if err := n.status(live[0].p.list); err != nil {
+				t.Fatalf("round %d: STATUS under churn: %v", r, err)
+			}
+		}
+		if strings.Contains(n.log(), netlink.ErrDumpInterrupted.Error()) {
+			t.Fatalf("round %d: the log reports an interrupted netlink dump:\n%s", r, relTail(n.log(), 20))
 		}
 		relAssertNode(t, n, live, gone)
 		for k, rp := range live {
