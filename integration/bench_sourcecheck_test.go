@@ -16,10 +16,10 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/nft"
@@ -272,7 +272,7 @@ func measurePPS(b *testing.B, backendNS ns.NetNS, senders []net.Conn, d time.Dur
 func rxPackets(b *testing.B, netns ns.NetNS) uint64 {
 	var n uint64
 	if err := netns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
+		l, err := netlinksafe.LinkByName("eth0")
 		if err != nil {
 			return err
 		}

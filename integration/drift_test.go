@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -162,7 +163,7 @@ func TestDriftHostVethDeleted(t *testing.T) {
 	ha, hb := a.p.hostIf(), b.p.hostIf()
 	n.do(func() error {
 		for _, h := range []string{ha, hb} {
-			l, err := netlink.LinkByName(h)
+			l, err := netlinksafe.LinkByName(h)
 			if err != nil {
 				return err
 			}

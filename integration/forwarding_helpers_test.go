@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
@@ -161,7 +162,7 @@ func (n *node) nodeRoutes(dst netip.Prefix) []netlink.Route {
 		if dst.Addr().Is6() {
 			fam = netlink.FAMILY_V6
 		}
-		rs, err := netlink.RouteList(nil, fam)
+		rs, err := netlinksafe.RouteList(nil, fam)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 )
 
 type invalidCase struct {
@@ -41,7 +41,7 @@ func TestInvalidInputRefused(t *testing.T) {
 	n := newNode(t)
 	var linksBefore int
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		linksBefore = len(links)
 		return err
 	})
@@ -78,7 +78,7 @@ func TestInvalidInputRefused(t *testing.T) {
 		})
 	}
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		if len(links) != linksBefore {
 			t.Errorf("%d links in the node after the refusals, %d before", len(links), linksBefore)
 		}

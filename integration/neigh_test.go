@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // frameCapture is a packet socket receiving every frame of every interface
@@ -121,33 +123,14 @@ func TestNoAnnouncementOnPointToPoint(t *testing.T) {
 
 // neighbourMAC is the link-layer address of ip in netns's neighbour table on
 // ifName, or nil.
-func neighbourMAC(netns ns.NetNS, ifName string, ip netip.Addr) (net.HardwareAddr, error) {
-	var mac net.HardwareAddr
-	err := netns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(ifName)
-		if err != nil {
-			return err
-		}
-		list, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_ALL)
-		if err != nil {
-			return err
-		}
-		for _, e := range list {
-			if a, ok := netip.AddrFromSlice(e.IP); ok && a.Unmap() == ip {
-				mac = e.HardwareAddr
-			}
-		}
-		return nil
-	})
-	return mac, err
-}
+var neighbourMAC = cnitest.NeighbourMAC
 
 // podMAC is the MAC of the pod's eth0.
 func podMAC(t *testing.T, p *pod) net.HardwareAddr {
 	t.Helper()
 	var mac net.HardwareAddr
 	if err := p.ns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
+		l, err := netlinksafe.LinkByName("eth0")
 		if err == nil {
 			mac = l.Attrs().HardwareAddr
 		}

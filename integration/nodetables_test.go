@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
@@ -204,7 +205,7 @@ func TestProbeSNATKeepsRouterAdvertisements(t *testing.T) {
 	err := eventually(5*time.Second, func() error {
 		var found bool
 		err := n.ns.Do(func(ns.NetNS) error {
-			routes, err := netlink.RouteList(nil, netlink.FAMILY_V6)
+			routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V6)
 			for _, r := range routes {
 				if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(probeFrom.AsSlice()) && r.Protocol == unix.RTPROT_RA {
 					found = true

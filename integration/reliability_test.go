@@ -17,7 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/podwire/podwire/pkg/nft"
 )
@@ -346,7 +346,7 @@ func assertNothingLeft(t *testing.T, n *node, linksBefore int) {
 		t.Errorf("%d elements in inet podwire", c)
 	}
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		if len(links) != linksBefore {
 			t.Errorf("%d links in the node, %d before", len(links), linksBefore)
 		}
@@ -361,7 +361,7 @@ func TestHostileCNIArgs(t *testing.T) {
 	n := newNode(t)
 	var linksBefore int
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		linksBefore = len(links)
 		return err
 	})
@@ -409,7 +409,7 @@ func TestHostileContainerIDs(t *testing.T) {
 	n := newNode(t)
 	var linksBefore int
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		linksBefore = len(links)
 		return err
 	})

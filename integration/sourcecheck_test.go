@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -72,11 +73,11 @@ func TestSourceCheckAllowsLinkLocal(t *testing.T) {
 	var ll netip.Addr
 	n.do(func() error {
 		return eventually(5*time.Second, func() error {
-			l, err := netlink.LinkByName(p.hostIf())
+			l, err := netlinksafe.LinkByName(p.hostIf())
 			if err != nil {
 				return err
 			}
-			addrs, err := netlink.AddrList(l, netlink.FAMILY_V6)
+			addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_V6)
 			if err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -183,7 +184,7 @@ func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
 		var routes []netlink.Route
 		n.do(func() error {
 			var err error
-			routes, err = netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
+			routes, err = netlinksafe.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
 			return err
 		})
 		return len(routes)

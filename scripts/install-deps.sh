@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs, on a fresh Debian 12 machine as root, what podwire's tests and
-# demo need: iproute2 (ip, bridge) for the VM image, QEMU with Debian's kernel
-# and busybox for the VLAN suite, containerd and runc for the CRI end-to-end
-# test; ping and nft for the demo's claims and its ruleset print. Go comes with the machine (/usr/local/go); the reference CNI plugins
-# and cnitool are built from the Go module proxy by `make tools`.
+# Installs, on a fresh Debian 12 machine as root, what podwire's demo, tests
+# and benchmark call: the Debian packages of scripts/deps.list (the one list;
+# scripts/check-deps.sh, run by `make lint`, fails when a script or test calls
+# a program none of them provides). Go and git come with the machine; the
+# reference CNI plugins and cnitool are built from the Go module proxy by
+# `make tools`.
 set -euo pipefail
+cd "$(dirname "$0")"
 
-pkgs=(iproute2 iputils-ping nftables qemu-system-x86 linux-image-amd64 busybox-static containerd runc)
+mapfile -t pkgs < <(sed 's/#.*//' deps.list | tr -s ' \t' '\n' | grep -v '^$')
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

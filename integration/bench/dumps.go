@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -41,21 +42,21 @@ func (n *node) probeDumps() (*dumpCosts, error) {
 		}
 		var err error
 		if d.routes6, err = med(func() error {
-			r, err := netlink.RouteList(nil, netlink.FAMILY_V6)
+			r, err := netlinksafe.RouteList(nil, netlink.FAMILY_V6)
 			d.routeCount = len(r)
 			return err
 		}); err != nil {
 			return err
 		}
 		if d.addrs4, err = med(func() error {
-			a, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+			a, err := netlinksafe.AddrList(nil, netlink.FAMILY_V4)
 			d.addrCount4 = len(a)
 			return err
 		}); err != nil {
 			return err
 		}
 		if d.addrs6, err = med(func() error {
-			a, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+			a, err := netlinksafe.AddrList(nil, netlink.FAMILY_V6)
 			d.addrCount6 = len(a)
 			return err
 		}); err != nil {

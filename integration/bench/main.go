@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -209,7 +210,7 @@ func probeVLANFiltering() (bool, string) {
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, VlanFiltering: &on}); err != nil {
 			return err
 		}
-		l, err := netlink.LinkByName("probe0")
+		l, err := netlinksafe.LinkByName("probe0")
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -60,7 +61,7 @@ func (b *bench) newNode(name string) (*node, error) {
 		if err := netlink.LinkAdd(up); err != nil {
 			return fmt.Errorf("uplink: %w", err)
 		}
-		peer, err := netlink.LinkByName(uplinkName + "-peer")
+		peer, err := netlinksafe.LinkByName(uplinkName + "-peer")
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
@@ -43,7 +44,7 @@ func ReleaseNS(n ns.NetNS) {
 
 // LinkUp sets the link name up in the calling thread's netns.
 func LinkUp(name string) error {
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("failed to find %q: %w", name, err)
 	}

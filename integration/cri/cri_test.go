@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/vishvananda/netlink"
@@ -305,7 +306,7 @@ func checkNothingLeft(ctx context.Context, t *testing.T, n *node) {
 		t.Errorf("%d sandboxes left", len(l.Items))
 	}
 	err = n.netns.Do(func(ns.NetNS) error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		if err != nil {
 			return err
 		}
@@ -314,7 +315,7 @@ func checkNothingLeft(ctx context.Context, t *testing.T, n *node) {
 				t.Errorf("link %q (%s) left in the node netns", l.Attrs().Name, l.Type())
 			}
 		}
-		routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+		routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_ALL)
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/integration/cnitest"
 )
@@ -164,7 +164,7 @@ func (n *node) gc(valid ...*pod) error {
 func (n *node) leftovers() []string {
 	var out []string
 	n.do(func() error {
-		links, err := netlink.LinkList()
+		links, err := netlinksafe.LinkList()
 		for _, l := range links {
 			if strings.HasPrefix(l.Attrs().Name, "pwv") {
 				out = append(out, "link "+l.Attrs().Name)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -50,7 +51,7 @@ var (
 					return fmt.Errorf("failed to add a parent link: %w", err)
 				}
 			}
-			p, err := netlink.LinkByName("probe-d")
+			p, err := netlinksafe.LinkByName("probe-d")
 			if err != nil {
 				return err
 			}

@@ -7,30 +7,15 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // neighbourMAC is the link-layer address of ip in netns's neighbour table on
 // ifName, or nil.
 func neighbourMAC(t *testing.T, netns ns.NetNS, ifName string, ip netip.Addr) net.HardwareAddr {
 	t.Helper()
-	var mac net.HardwareAddr
-	err := netns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(ifName)
-		if err != nil {
-			return err
-		}
-		list, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_ALL)
-		if err != nil {
-			return err
-		}
-		for _, e := range list {
-			if a, ok := netip.AddrFromSlice(e.IP); ok && a.Unmap() == ip {
-				mac = e.HardwareAddr
-			}
-		}
-		return nil
-	})
+	mac, err := cnitest.NeighbourMAC(netns, ifName, ip)
 	if err != nil {
 		t.Fatalf("neighbour table of %s: %v", ifName, err)
 	}

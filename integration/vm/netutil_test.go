@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/icmp"
@@ -57,7 +58,7 @@ func addVeth(t *testing.T, host ns.NetNS, hostName string, peer ns.NetNS, peerNa
 func addAddr(t *testing.T, n ns.NetNS, ifname, cidr string) {
 	t.Helper()
 	err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(ifname)
+		l, err := netlinksafe.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("failed to find %q: %w", ifname, err)
 		}

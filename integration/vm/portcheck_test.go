@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -45,7 +46,7 @@ func spoofFrom(t *testing.T, p *pod, src string, dst string, dstMAC net.Hardware
 	t.Helper()
 	addAddr(t, p.ns, "net1", src+"/32")
 	err := p.ns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("net1")
+		l, err := netlinksafe.LinkByName("net1")
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,7 @@ func TestVLANPortCheckSpoofing(t *testing.T) {
 
 	// A forged source MAC with the pod's own address is dropped too.
 	err := a.ns.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("net1")
+		l, err := netlinksafe.LinkByName("net1")
 		if err != nil {
 			return err
 		}

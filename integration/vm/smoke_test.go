@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -36,11 +37,11 @@ func TestSmokeVLANFilteringBridge(t *testing.T) {
 		addVeth(t, node, host, pods[name], "eth0")
 		addAddr(t, pods[name], "eth0", addrs[name]+"/24")
 		err := node.Do(func(ns.NetNS) error {
-			port, err := netlink.LinkByName(host)
+			port, err := netlinksafe.LinkByName(host)
 			if err != nil {
 				return err
 			}
-			br, err := netlink.LinkByName("br-smoke")
+			br, err := netlinksafe.LinkByName("br-smoke")
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -39,7 +40,7 @@ func addVLANIf(t *testing.T, netns ns.NetNS, parent string, vid int, cidr string
 	t.Helper()
 	name := fmt.Sprintf("%s.%d", parent, vid)
 	err := netns.Do(func(ns.NetNS) error {
-		p, err := netlink.LinkByName(parent)
+		p, err := netlinksafe.LinkByName(parent)
 		if err != nil {
 			return fmt.Errorf("failed to find %q: %w", parent, err)
 		}
@@ -61,7 +62,7 @@ func uplinkVLANs(t *testing.T, n *node) []uint16 {
 	t.Helper()
 	var v vlanbridge.PortVLANs
 	n.do(func() error {
-		l, err := netlink.LinkByName("uplink0")
+		l, err := netlinksafe.LinkByName("uplink0")
 		if err != nil {
 			return err
 		}
@@ -156,7 +157,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	// CHECK after tampering: the port loses its VLAN.
 	hostVeth := vlanbridge.HostVethName(a.rt.ContainerID, a.rt.IfName)
 	n.do(func() error {
-		l, err := netlink.LinkByName(hostVeth)
+		l, err := netlinksafe.LinkByName(hostVeth)
 		if err != nil {
 			return err
 		}
@@ -241,11 +242,11 @@ func TestVLANRefusals(t *testing.T) {
 			}
 			n.do(func() error {
 				for _, name := range []string{"uplink0", "uplink1"} {
-					if l, err := netlink.LinkByName(name); err == nil && l.Attrs().MasterIndex != 0 {
+					if l, err := netlinksafe.LinkByName(name); err == nil && l.Attrs().MasterIndex != 0 {
 						return fmt.Errorf("%s: %s was enslaved by a refused ADD", tc.name, name)
 					}
 				}
-				if l, err := netlink.LinkByName("brforeign"); err == nil {
+				if l, err := netlinksafe.LinkByName("brforeign"); err == nil {
 					if br := l.(*netlink.Bridge); br.VlanFiltering != nil && *br.VlanFiltering {
 						return fmt.Errorf("%s: VLAN filtering of the foreign bridge was turned on", tc.name)
 					}

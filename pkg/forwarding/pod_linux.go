@@ -3,8 +3,8 @@ package forwarding
 import (
 	"fmt"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 )
 
 // podSysctls are the sysctls of a forwarding pod's netns: forwarding on for
@@ -17,7 +17,7 @@ func podSysctls() (map[string]string, error) {
 		RPFilterKey("all"):     "0",
 		RPFilterKey("default"): "0",
 	}
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("failed to list pod interfaces: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 )
 
@@ -30,7 +31,7 @@ const protoPodwire = 44
 // the node owns it); routes added before the failure are removed.
 func AddRoutes(routes []Route) error {
 	for i, r := range routes {
-		link, err := netlink.LinkByName(r.Dev)
+		link, err := netlinksafe.LinkByName(r.Dev)
 		if err != nil {
 			_ = DelRoutes(routes[:i])
 			return fmt.Errorf("failed to find %q for route %s: %w", r.Dev, r, err)
@@ -52,7 +53,7 @@ func AddRoutes(routes []Route) error {
 func DelRoutes(routes []Route) error {
 	var errs []error
 	for _, r := range routes {
-		link, err := netlink.LinkByName(r.Dev)
+		link, err := netlinksafe.LinkByName(r.Dev)
 		if err != nil {
 			var nf netlink.LinkNotFoundError
 			if errors.As(err, &nf) {
@@ -73,7 +74,7 @@ func DelRoutes(routes []Route) error {
 // device, naming the first one that is not.
 func CheckRoutes(routes []Route) error {
 	for _, r := range routes {
-		link, err := netlink.LinkByName(r.Dev)
+		link, err := netlinksafe.LinkByName(r.Dev)
 		if err != nil {
 			return fmt.Errorf("route %s: %w", r, err)
 		}
@@ -82,7 +83,7 @@ func CheckRoutes(routes []Route) error {
 		if r.Dst.Addr().Is6() {
 			family = netlink.FAMILY_V6
 		}
-		got, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: want.Dst, LinkIndex: want.LinkIndex},
+		got, err := netlinksafe.RouteListFiltered(family, &netlink.Route{Dst: want.Dst, LinkIndex: want.LinkIndex},
 			netlink.RT_FILTER_DST|netlink.RT_FILTER_OIF)
 		if err != nil {
 			return fmt.Errorf("failed to list routes to %s: %w", r.Dst, err)

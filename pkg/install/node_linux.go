@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
@@ -117,7 +118,7 @@ func removeBridge(name, uplink string, res *NodeResult) error {
 	if name == "" {
 		return nil
 	}
-	br, err := netlink.LinkByName(name)
+	br, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		if errors.As(err, &netlink.LinkNotFoundError{}) {
 			return nil // gone already
@@ -128,7 +129,7 @@ func removeBridge(name, uplink string, res *NodeResult) error {
 		res.Kept = append(res.Kept, fmt.Sprintf("link %q: not a bridge podwire made (alias %q)", name, br.Attrs().Alias))
 		return nil
 	}
-	links, err := netlink.LinkList()
+	links, err := netlinksafe.LinkList()
 	if err != nil {
 		return fmt.Errorf("failed to list links: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
@@ -145,10 +146,10 @@ func TestRemoveNode(t *testing.T) {
 		if res.Bridge != "pwtest0" || res.Uplink != "uplink0" || len(res.Tables) != 0 {
 			t.Fatalf("second removal: %+v", res)
 		}
-		if _, err := netlink.LinkByName("pwtest0"); err == nil {
+		if _, err := netlinksafe.LinkByName("pwtest0"); err == nil {
 			t.Errorf("bridge pwtest0 still there")
 		}
-		up, err := netlink.LinkByName("uplink0")
+		up, err := netlinksafe.LinkByName("uplink0")
 		if err != nil || up.Attrs().MasterIndex != 0 {
 			t.Errorf("uplink0 not released: %v", err)
 		}
@@ -160,7 +161,7 @@ func TestRemoveNode(t *testing.T) {
 		if res.Bridge != "" || len(res.Kept) != 1 {
 			t.Errorf("foreign bridge: %+v", res)
 		}
-		if _, err := netlink.LinkByName("cni0"); err != nil {
+		if _, err := netlinksafe.LinkByName("cni0"); err != nil {
 			t.Errorf("foreign bridge cni0 removed: %v", err)
 		}
 

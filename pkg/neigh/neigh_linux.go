@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 )
 
@@ -24,7 +25,7 @@ var notifySysctls = []string{"net/ipv4/conf/%s/arp_notify", "net/ipv6/conf/%s/nd
 // to its current value, and puts back the permanent neighbour entries of
 // ifName that this flushes. ifName must be up.
 func Announce(ifName string) error {
-	link, err := netlink.LinkByName(ifName)
+	link, err := netlinksafe.LinkByName(ifName)
 	if err != nil {
 		return fmt.Errorf("failed to find %q to announce it: %w", ifName, err)
 	}
@@ -56,19 +57,30 @@ func Announce(ifName string) error {
 	return errors.Join(errs...)
 }
 
-// permanentNeighbours lists the permanent neighbour entries (both families)
-// of the interface index. A dump interrupted by a concurrent change is
-// retried.
-func permanentNeighbours(index int) ([]netlink.Neigh, error) {
+// List lists the neighbour entries (both families) of the interface index
+// in the current netns. netlinksafe has no NeighList: a dump interrupted by a
+// concurrent change (ErrDumpInterrupted) is retried here, 5 times as
+// netlinksafe does.
+func List(index int) ([]netlink.Neigh, error) {
 	var all []netlink.Neigh
 	var err error
-	for range 3 {
-		if all, err = netlink.NeighList(index, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+	for range 5 {
+		if all, err = netlink.NeighList(index, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) { // dump retried
 			break
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("failed to list neighbours of interface %d: %w", index, err)
+	}
+	return all, nil
+}
+
+// permanentNeighbours lists the permanent neighbour entries (both families)
+// of the interface index.
+func permanentNeighbours(index int) ([]netlink.Neigh, error) {
+	all, err := List(index)
+	if err != nil {
+		return nil, err
 	}
 	var perm []netlink.Neigh
 	for _, n := range all {
@@ -88,7 +100,7 @@ func permanentNeighbours(index int) ([]netlink.Neigh, error) {
 func WaitOperUp(name string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		l, err := netlink.LinkByName(name)
+		l, err := netlinksafe.LinkByName(name)
 		if err != nil {
 			return fmt.Errorf("failed to find %q: %w", name, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -37,11 +38,11 @@ func neighMAC(t *testing.T, n ns.NetNS, ifName, addr string) (string, bool) {
 	var mac string
 	var perm bool
 	if err := n.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(ifName)
+		l, err := netlinksafe.LinkByName(ifName)
 		if err != nil {
 			return err
 		}
-		list, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_ALL)
+		list, err := List(l.Attrs().Index)
 		for _, e := range list {
 			if e.IP.Equal(net.ParseIP(addr)) {
 				mac, perm = e.HardwareAddr.String(), e.State&netlink.NUD_PERMANENT != 0
@@ -78,7 +79,7 @@ func TestAnnounceMovesNeighbourEntries(t *testing.T) {
 	}
 	var podMAC string
 	if err := pod.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("e0")
+		l, err := netlinksafe.LinkByName("e0")
 		if err == nil {
 			podMAC = l.Attrs().HardwareAddr.String()
 		}

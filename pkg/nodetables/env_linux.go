@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -112,7 +113,7 @@ func DefaultRouteInterfaces(family int) ([]string, error) {
 // defaultRouteInterfacesByDump reads the default routes of family from a
 // dump of the main table.
 func defaultRouteInterfacesByDump(family int) ([]string, error) {
-	routes, err := netlink.RouteList(nil, family)
+	routes, err := netlinksafe.RouteList(nil, family)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list routes: %w", err)
 	}

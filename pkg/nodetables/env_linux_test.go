@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -32,15 +33,15 @@ func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
 			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: name + "p"}); err != nil {
 				return err
 			}
-			l, _ := netlink.LinkByName(name)
+			l, _ := netlinksafe.LinkByName(name)
 			if err := netlink.LinkSetUp(l); err != nil {
 				return err
 			}
-			p, _ := netlink.LinkByName(name + "p")
+			p, _ := netlinksafe.LinkByName(name + "p")
 			_ = netlink.LinkSetUp(p)
 		}
-		up0, _ := netlink.LinkByName("up0")
-		up1, _ := netlink.LinkByName("up1")
+		up0, _ := netlinksafe.LinkByName("up0")
+		up1, _ := netlinksafe.LinkByName("up1")
 		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 			got, err := DefaultRouteInterfaces(fam)
 			if err != nil || len(got) != 0 {

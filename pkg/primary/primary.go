@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -62,7 +63,7 @@ func FromResult(res *current.Result, ifName, netnsPath string) (*Attachment, err
 func VethPeer(netnsPath, ifName string) (string, error) {
 	var peerIdx int
 	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		link, err := netlink.LinkByName(ifName)
+		link, err := netlinksafe.LinkByName(ifName)
 		if err != nil {
 			return fmt.Errorf("failed to find pod interface %q: %w", ifName, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -23,7 +24,7 @@ var nfCallAttrs = []uint16{nl.IFLA_BR_NF_CALL_IPTABLES, nl.IFLA_BR_NF_CALL_IP6TA
 // ours is used only if it filters VLANs already; otherwise, and when name is
 // not a bridge, the error says why and nothing is changed.
 func EnsureBridge(name string) (*netlink.Bridge, error) {
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if !errors.As(err, &nf) {
@@ -35,7 +36,7 @@ func EnsureBridge(name string) (*netlink.Bridge, error) {
 		if err := netlink.LinkAdd(br); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("failed to create bridge %q: %w", name, err)
 		}
-		if l, err = netlink.LinkByName(name); err != nil {
+		if l, err = netlinksafe.LinkByName(name); err != nil {
 			return nil, fmt.Errorf("failed to look up bridge %q: %w", name, err)
 		}
 		if err := netlink.LinkSetAlias(l, Alias); err != nil {
@@ -74,7 +75,7 @@ func EnsureBridge(name string) (*netlink.Bridge, error) {
 // CheckBridge verifies that name is a bridge with VLAN filtering, up, and,
 // when it is ours, with nf_call_* off.
 func CheckBridge(name string) (*netlink.Bridge, error) {
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("bridge %q: %w", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -39,11 +40,11 @@ type Created struct {
 // netns or the pod interface name is taken in the pod's netns: nothing is
 // created and the error names the clash.
 func CheckNames(p *Port) error {
-	if _, err := netlink.LinkByName(p.HostVeth); err == nil {
+	if _, err := netlinksafe.LinkByName(p.HostVeth); err == nil {
 		return fmt.Errorf("host interface %q already exists", p.HostVeth)
 	}
 	return ns.WithNetNSPath(p.Netns, func(ns.NetNS) error {
-		if _, err := netlink.LinkByName(p.PodIfName); err == nil {
+		if _, err := netlinksafe.LinkByName(p.PodIfName); err == nil {
 			return fmt.Errorf("interface %q already exists in the pod's netns %s", p.PodIfName, p.Netns)
 		}
 		return nil
@@ -65,7 +66,7 @@ func CreatePort(br *netlink.Bridge, p *Port) (*Created, error) {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return nil, fmt.Errorf("failed to create veth %q (pod end %q): %w", p.HostVeth, p.PodIfName, err)
 	}
-	host, err := netlink.LinkByName(p.HostVeth)
+	host, err := netlinksafe.LinkByName(p.HostVeth)
 	if err != nil {
 		return nil, fmt.Errorf("failed to look up veth %q: %w", p.HostVeth, err)
 	}
@@ -80,7 +81,7 @@ func CreatePort(br *netlink.Bridge, p *Port) (*Created, error) {
 	}
 	c := &Created{HostMAC: host.Attrs().HardwareAddr.String()}
 	err = podNS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(p.PodIfName)
+		l, err := netlinksafe.LinkByName(p.PodIfName)
 		if err != nil {
 			return fmt.Errorf("failed to look up %q in the pod's netns: %w", p.PodIfName, err)
 		}
@@ -128,7 +129,7 @@ func SetPortVLANs(port netlink.Link, v PortVLANs) error {
 
 // ListPortVLANs reads the membership of bridge port index.
 func ListPortVLANs(index int) (PortVLANs, error) {
-	all, err := netlink.BridgeVlanList()
+	all, err := netlinksafe.BridgeVlanList()
 	if err != nil {
 		return PortVLANs{}, fmt.Errorf("failed to list bridge VLANs: %w", err)
 	}
@@ -147,7 +148,7 @@ func ListPortVLANs(index int) (PortVLANs, error) {
 // DeletePort removes the veth pair by its host end. A veth that is gone (its
 // pod netns was destroyed, or a DEL ran already) is success.
 func DeletePort(hostVeth string) error {
-	l, err := netlink.LinkByName(hostVeth)
+	l, err := netlinksafe.LinkByName(hostVeth)
 	if err != nil {
 		if notFound(err) {
 			return nil // gone with the pod's netns, or deleted before
@@ -164,7 +165,7 @@ func DeletePort(hostVeth string) error {
 // its VLANs and MTU, pod end present in the pod's netns, up, with its MTU and
 // static addresses.
 func CheckPort(br *netlink.Bridge, p *Port) error {
-	host, err := netlink.LinkByName(p.HostVeth)
+	host, err := netlinksafe.LinkByName(p.HostVeth)
 	if err != nil {
 		return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
 	}
@@ -184,7 +185,7 @@ func CheckPort(br *netlink.Bridge, p *Port) error {
 			p.HostVeth, have.PVID, have.Tagged, want.PVID, want.Tagged)
 	}
 	return ns.WithNetNSPath(p.Netns, func(ns.NetNS) error {
-		l, err := netlink.LinkByName(p.PodIfName)
+		l, err := netlinksafe.LinkByName(p.PodIfName)
 		if err != nil {
 			return fmt.Errorf("pod interface %q: %w", p.PodIfName, err)
 		}
@@ -194,7 +195,7 @@ func CheckPort(br *netlink.Bridge, p *Port) error {
 		if p.MAC != nil && l.Attrs().HardwareAddr.String() != p.MAC.String() {
 			return fmt.Errorf("pod interface %q has MAC %s, want %s", p.PodIfName, l.Attrs().HardwareAddr, p.MAC)
 		}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
 			return fmt.Errorf("failed to list addresses of %q: %w", p.PodIfName, err)
 		}

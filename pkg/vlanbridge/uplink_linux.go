@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -13,11 +14,11 @@ import (
 // enslaving it to the bridge would take that address out of routing and cut
 // the node off. Link-local addresses are fine.
 func CheckUplinkAddresses(name string) (netlink.Link, error) {
-	l, err := netlink.LinkByName(name)
+	l, err := netlinksafe.LinkByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("uplink %q: %w", name, err)
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list addresses of uplink %q: %w", name, err)
 	}
@@ -67,7 +68,7 @@ func EnsureUplink(br *netlink.Bridge, uplink string) (netlink.Link, error) {
 // AddUplinkVLANs adds vids to the uplink as tagged VLANs; adding a VLAN that
 // is there is not an error.
 func AddUplinkVLANs(uplink string, vids []uint16) error {
-	l, err := netlink.LinkByName(uplink)
+	l, err := netlinksafe.LinkByName(uplink)
 	if err != nil {
 		return fmt.Errorf("uplink %q: %w", uplink, err)
 	}
@@ -82,7 +83,7 @@ func AddUplinkVLANs(uplink string, vids []uint16) error {
 // RemoveUplinkVLANs removes vids from the uplink. A missing uplink or VLAN
 // is success: what DEL wants gone is gone.
 func RemoveUplinkVLANs(uplink string, vids []uint16) error {
-	l, err := netlink.LinkByName(uplink)
+	l, err := netlinksafe.LinkByName(uplink)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) {

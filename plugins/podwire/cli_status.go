@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
@@ -227,8 +228,8 @@ func (st *nodeStatus) readTables(conf *config.NetConf) error {
 // readLinks reads the node bridge and the uplink.
 func (st *nodeStatus) readLinks(conf *config.NetConf) {
 	st.Bridge = linkStatus{Name: conf.Bridge}
-	links, _ := netlink.LinkList()
-	if br, err := netlink.LinkByName(conf.Bridge); err == nil {
+	links, _ := netlinksafe.LinkList()
+	if br, err := netlinksafe.LinkByName(conf.Bridge); err == nil {
 		st.Bridge.Present = true
 		st.Bridge.Up = br.Attrs().Flags&1 != 0
 		st.Bridge.Ours = br.Attrs().Alias == vlanbridge.Alias
@@ -245,7 +246,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 		return
 	}
 	st.Uplink = &linkStatus{Name: conf.Uplink}
-	up, err := netlink.LinkByName(conf.Uplink)
+	up, err := netlinksafe.LinkByName(conf.Uplink)
 	if err != nil {
 		return // a warning of readHealth
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/forwarding"
@@ -45,7 +45,7 @@ func readHealth(conf *config.NetConf, nftOK func() error) health {
 	}
 	h.Warnings = append(h.Warnings, conf.Warnings...)
 	if conf.Uplink != "" {
-		if _, err := netlink.LinkByName(conf.Uplink); err != nil {
+		if _, err := netlinksafe.LinkByName(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink %q missing: the ADD of pods that need a VLAN fails until it is back; other pods are not affected", conf.Uplink))
 		} else if _, err := vlanbridge.CheckUplinkAddresses(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err))

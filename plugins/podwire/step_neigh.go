@@ -3,8 +3,8 @@ package main
 import (
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/neigh"
 )
@@ -38,7 +38,7 @@ func (neighStep) add(a *attachment) error {
 	}
 	var due []string
 	for _, c := range cands {
-		host, err := netlink.LinkByName(c.hostIf)
+		host, err := netlinksafe.LinkByName(c.hostIf)
 		if err != nil {
 			a.log.Warn("neighbour announcement skipped", "ifname", c.podIf, "hostIf", c.hostIf, "error", err)
 			continue

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/vishvananda/netlink"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 
 	"github.com/podwire/podwire/pkg/primary"
 )
@@ -33,7 +33,7 @@ func (primaryStep) check(a *attachment) error {
 	if a.rec.HostIfName == "" {
 		return nil
 	}
-	if _, err := netlink.LinkByName(a.rec.HostIfName); err != nil {
+	if _, err := netlinksafe.LinkByName(a.rec.HostIfName); err != nil {
 		return fmt.Errorf("host interface %q of the pod: %w", a.rec.HostIfName, err)
 	}
 	return nil

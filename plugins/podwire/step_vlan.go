@@ -7,6 +7,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/config"
@@ -69,7 +70,7 @@ func (vlanStep) plan(a *attachment) error {
 	if err := vlanbridge.CheckNames(port(v, a.args.Netns)); err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", err.Error())
 	}
-	if l, err := netlink.LinkByName(v.Bridge); err == nil {
+	if l, err := netlinksafe.LinkByName(v.Bridge); err == nil {
 		br, ok := l.(*netlink.Bridge)
 		if !ok {
 			return types.NewError(types.ErrInvalidNetworkConfig,
@@ -218,7 +219,7 @@ func (vlanStep) check(a *attachment) error {
 	if v.Uplink == "" {
 		return nil
 	}
-	up, err := netlink.LinkByName(v.Uplink)
+	up, err := netlinksafe.LinkByName(v.Uplink)
 	if err != nil {
 		return fmt.Errorf("uplink %q: %w", v.Uplink, err)
 	}

@@ -1,0 +1,163 @@
+package vm
+
+import (
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// TestNetlinkChurnVLAN is the VLAN twin of integration's TestNetlinkChurn
+// (the VLAN paths need bridge VLAN filtering): VLAN pods with static
+// addresses are added, reached, checked and deleted through libcni while a
+// goroutine adds and removes veth pairs, addresses and routes in the node
+// netns, whose link and address dumps span several netlink messages. ADD
+// reads the uplink's addresses (a dump of every address of the node: the
+// "failed to list addresses of uplink" of TestUplinkVLANsExactUnderConcurrency
+// was its ErrDumpInterrupted), the bridge's VLANs and the port's addresses.
+// Without netlinksafe the ADDs fail with "results may be incomplete or
+// inconsistent".
+func TestNetlinkChurnVLAN(t *testing.T) {
+	require(t, capVLANFiltering)
+	n := newNode(t, vlanConf(nil))
+	addUplink(t, n, "uplink0")
+	n.do(func() error { return churnBaseVM(60, 1000) })
+
+	var ops atomic.Int64
+	stop, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- n.ns.Do(func(ns.NetNS) error {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				if err := churnOnce(i, &ops); err != nil {
+					return err
+				}
+			}
+		})
+	}()
+	stopped := false
+	stopChurn := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		close(stop)
+		return <-done
+	}
+	t.Cleanup(func() { _ = stopChurn() })
+
+	const rounds = 5
+	for r := range rounds {
+		// Two pods on VLAN 100 and one on 101, all in 192.0.2.0/24: the
+		// VLAN 100 pods reach each other, not the VLAN 101 one.
+		var pods []*pod
+		for k, vid := range []int{100, 100, 101} {
+			ip := fmt.Sprintf("192.0.2.%d", 10*r+k+1)
+			p, err := n.addPod(map[string]string{"podwire.io/vlan": fmt.Sprint(vid), "podwire.io/vlan-ips": ip + "/24"})
+			if err != nil {
+				t.Fatalf("round %d: ADD of a VLAN %d pod under churn (%d churn operations so far): %v\nlog:\n%s",
+					r, vid, ops.Load(), err, n.log())
+			}
+			pods = append(pods, p)
+		}
+		mustPing(t, pods[0].ns, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 100 pod under churn", r), fmt.Sprintf("192.0.2.%d", 10*r+2))
+		mustNotPing(t, pods[0].ns, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 101 pod", r), fmt.Sprintf("192.0.2.%d", 10*r+3))
+		for k, p := range pods {
+			if err := p.checkPodwire(); err != nil {
+				t.Fatalf("round %d: CHECK of pod %d under churn: %v", r, k, err)
+			}
+		}
+		for k, p := range pods {
+			if err := p.del(); err != nil {
+				t.Fatalf("round %d: DEL of pod %d under churn: %v", r, k, err)
+			}
+		}
+		if got := uplinkVLANs(t, n); len(got) != 0 {
+			t.Fatalf("round %d: after every DEL uplink0 carries %v, want none", r, got)
+		}
+		if left := n.leftovers(); len(left) > 0 {
+			t.Fatalf("round %d: left after every DEL: %v", r, left)
+		}
+	}
+	if err := stopChurn(); err != nil {
+		t.Fatalf("churn goroutine: %v", err)
+	}
+	if ops.Load() < 50 {
+		t.Fatalf("only %d churn operations ran: the test did not churn", ops.Load())
+	}
+	t.Logf("%d VLAN pods added, reached, checked and deleted while %d link/address/route changes ran", rounds*3, ops.Load())
+}
+
+// churnBaseVM gives the calling netns idle veth pairs and, on the first,
+// /32 and /128 addresses (10.99.0.0/16, fd99::/16), so that its link and
+// address dumps span several netlink messages.
+func churnBaseVM(pairs, addrs int) error {
+	for i := range pairs {
+		name := fmt.Sprintf("chrnb%d", i)
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+			return fmt.Errorf("base veth %s: %w", name, err)
+		}
+	}
+	l, err := netlinksafe.LinkByName("chrnb0")
+	if err != nil {
+		return err
+	}
+	for i := range addrs {
+		for _, a := range []string{fmt.Sprintf("10.99.%d.%d/32", 100+i/250, 1+i%250), fmt.Sprintf("fd99::%x/128", 0x1000+i)} {
+			ip, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			ip.Flags = unix.IFA_F_NODAD
+			if err := netlink.AddrAdd(l, ip); err != nil {
+				return fmt.Errorf("base address %s: %w", a, err)
+			}
+		}
+	}
+	return nil
+}
+
+// churnOnce makes a veth pair, brings it up, gives it an address and a
+// route of each family and deletes it again (its addresses and routes go
+// with it), in the calling netns.
+func churnOnce(i int, ops *atomic.Int64) error {
+	name := fmt.Sprintf("chrn%d", i%4)
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+		return fmt.Errorf("churn: add %s: %w", name, err)
+	}
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("churn: %s: %w", name, err)
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("churn: up %s: %w", name, err)
+	}
+	x := i % 200
+	for _, a := range []string{fmt.Sprintf("10.99.%d.1/24", x), fmt.Sprintf("fd99:%x::1/64", x)} {
+		ip, _ := netlink.ParseAddr(a)
+		ip.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, ip); err != nil {
+			return fmt.Errorf("churn: address %s on %s: %w", a, name, err)
+		}
+	}
+	for _, d := range []string{fmt.Sprintf("10.98.%d.0/24", x), fmt.Sprintf("fd98:%x::/64", x)} {
+		_, dst, _ := net.ParseCIDR(d)
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst}); err != nil {
+			return fmt.Errorf("churn: route %s on %s: %w", d, name, err)
+		}
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		return fmt.Errorf("churn: delete %s: %w", name, err)
+	}
+	ops.Add(7)
+	return nil
+}

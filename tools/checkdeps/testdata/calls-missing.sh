@@ -1,0 +1,2 @@
+#!/bin/sh
+podwire-no-such-program --help
