@@ -39,12 +39,17 @@ func TestKernelAcceptsTables(t *testing.T) {
 	elems := nft.Elements{}
 	elems.Add(nft.ID{Family: nftables.TableFamilyINet, Name: egressTable}, setPods4,
 		nftables.SetElement{Key: netip.MustParseAddr("10.244.1.5").AsSlice(), Comment: "ns/p"})
-	changed, err := nft.Ensure(c, want, noLock, func() (nft.Elements, error) { return elems, nil })
-	if err != nil || !changed {
-		t.Fatalf("first Ensure: changed %v err %v", changed, err)
+	rep, err := nft.Ensure(c, want, IDs(), noLock, func() (nft.Elements, error) { return elems, nil })
+	if err != nil || !rep.Changed() {
+		t.Fatalf("first Ensure: %+v err %v", rep, err)
 	}
-	if changed, err = nft.Ensure(c, want, noLock, nil); err != nil || changed {
-		t.Fatalf("second Ensure: changed %v err %v, want no change", changed, err)
+	for _, tb := range want {
+		if d, err := nft.Verify(c, tb); err != nil || len(d) > 0 {
+			t.Errorf("Verify after Ensure: %q %v", d, err)
+		}
+	}
+	if rep, err = nft.Ensure(c, want, IDs(), noLock, nil); err != nil || rep.Changed() {
+		t.Fatalf("second Ensure: %+v err %v, want no change", rep, err)
 	}
 	if err := nft.CheckElements(c, want, elems); err != nil {
 		t.Fatal(err)

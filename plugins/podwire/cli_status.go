@@ -178,35 +178,27 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	return st, nil
 }
 
-// readTables compares the tables the config wants with podwire's tables
-// present on the node (one chain dump).
+// readTables verifies the tables the config wants by content and finds
+// podwire's obsolete tables (nft.Inspect, the reads of every ADD).
 func (st *nodeStatus) readTables(conf *config.NetConf) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	present, err := nft.ReadPresent(c)
+	states, err := nft.Inspect(c, wantTables(conf), knownTables())
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	seen := map[nft.ID]bool{}
-	for _, t := range wantTables(conf) {
-		id := t.ID()
-		seen[id] = true
-		ts := tableStatus{Name: id.String(), Hash: t.Hash(), Wanted: true, Present: present[id] != nil, Current: present.Current(t)}
+	for _, s := range states {
+		ts := tableStatus{Name: s.ID.String(), Hash: s.Hash, Wanted: s.Wanted, Present: s.Present, Current: s.Current()}
 		st.Tables = append(st.Tables, ts)
-		if !ts.Current {
-			what := "missing"
-			if ts.Present {
-				what = "stale (config changed or tampered)"
-			}
-			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is %s: the next ADD rebuilds it", id, what))
-		}
-	}
-	for id := range present {
-		if !seen[id] {
-			st.Tables = append(st.Tables, tableStatus{Name: id.String(), Present: true})
-			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is obsolete: the next ADD removes it", id))
+		switch {
+		case !s.Wanted:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is obsolete: the next ADD removes it", s.ID))
+		case !s.Present:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is missing: the next ADD rebuilds it", s.ID))
+		case !ts.Current:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is stale (%s): the next ADD rebuilds it", s.ID, strings.Join(s.Drift, "; ")))
 		}
 	}
 	slices.SortFunc(st.Tables, func(a, b tableStatus) int { return strings.Compare(a.Name, b.Name) })

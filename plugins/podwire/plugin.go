@@ -12,8 +12,11 @@ import (
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/podmeta"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
 // step is one concern of podwire (source check, forwarding, VLAN, ...).
@@ -150,6 +153,12 @@ func wantTables(conf *config.NetConf) []*nft.Table {
 	return out
 }
 
+// knownTables are every table podwire may own: a present one that the
+// config no longer wants is deleted by ensureTables.
+func knownTables() []nft.ID {
+	return append([]nft.ID{sourcecheck.ID, vlanbridge.PortCheckID}, nodetables.IDs()...)
+}
+
 // recordElements are the set elements of one attachment, across steps.
 func recordElements(conf *config.NetConf, rec *state.Record) nft.Elements {
 	e := nft.Elements{}
@@ -186,24 +195,21 @@ func (a *attachment) tables() []*nft.Table {
 }
 
 // ensureTables lays down or repairs the node tables (DESIGN.md, "First
-// invocation"): one chain dump when they are current.
+// invocation and drift"): every ADD verifies them by content, reading only
+// podwire's own objects, and rebuilds what differs under the node lock.
 func (a *attachment) ensureTables() error {
-	want := a.tables()
-	if len(want) == 0 {
-		return nil
-	}
 	c, err := a.conn()
 	if err != nil {
 		return err
 	}
-	changed, err := nft.Ensure(c, want, a.nodeLock, func() (nft.Elements, error) {
+	rep, err := nft.Ensure(c, a.tables(), knownTables(), a.nodeLock, func() (nft.Elements, error) {
 		return allElements(a.conf, a.store, a.log)
 	})
 	if err != nil {
 		return err
 	}
-	if changed {
-		a.log.Info("node tables laid down or repaired")
+	if rep.Changed() {
+		a.log.Info("node tables laid down or repaired", "drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted)
 	}
 	return nil
 }
