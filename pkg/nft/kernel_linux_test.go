@@ -94,3 +94,68 @@ func TestKernelListsText(t *testing.T) {
 		})
 	}
 }
+
+// TestEnsureRepairsDrift drifts the source-check table behind podwire's
+// back in every way Verify must see, and checks that Verify names it and
+// Ensure rebuilds the table with the elements it is given (packets prove the
+// repair in integration/drift_test.go).
+func TestEnsureRepairsDrift(t *testing.T) {
+	s := findShape(t, "sourcecheck")
+	tb := &nftables.Table{Family: s.table.Family, Name: s.table.Name}
+	ch := &nftables.Chain{Table: tb, Name: s.table.Chains[0].Name}
+	noLock := func() (func(), error) { return func() {}, nil }
+	elems := func() (nft.Elements, error) { return s.elems, nil }
+	for _, tc := range []struct {
+		name  string
+		drift func(c *nftables.Conn)
+		want  string
+	}{
+		{"table deleted", func(c *nftables.Conn) { c.DelTable(tb) }, "missing"},
+		{"chain flushed", func(c *nftables.Conn) { c.FlushChain(ch) }, "has 0 rules, want 8"},
+		{"rule deleted", func(c *nftables.Conn) {
+			rules, _ := c.GetRules(tb, ch)
+			_ = c.DelRule(rules[2])
+		}, "has 7 rules"},
+		{"foreign rule", func(c *nftables.Conn) {
+			c.InsertRule(&nftables.Rule{Table: tb, Chain: ch, Exprs: nft.Rule{nft.Accept}.Exprs(tb.Family)})
+		}, "has 9 rules"},
+		{"rule replaced", func(c *nftables.Conn) {
+			rules, _ := c.GetRules(tb, ch)
+			c.ReplaceRule(&nftables.Rule{Table: tb, Chain: ch, Handle: rules[7].Handle, Exprs: nft.Rule{nft.Accept}.Exprs(tb.Family)})
+		}, "rule 8 differs"},
+		{"foreign chain", func(c *nftables.Conn) { c.AddChain(&nftables.Chain{Table: tb, Name: "foreign"}) }, "holds 8 chains and sets, want 7"},
+		{"marker renamed", func(c *nftables.Conn) {
+			c.DelChain(&nftables.Chain{Table: tb, Name: s.table.MarkerChain()})
+			c.AddChain(&nftables.Chain{Table: tb, Name: "config-0000000000000000"})
+		}, "not built from this config"},
+		{"set deleted", func(c *nftables.Conn) {
+			c.FlushChain(ch)
+			c.DelSet(&nftables.Set{Table: tb, Name: "allowed-v6"})
+		}, "set allowed-v6 missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, c := throwaway(t)
+			if _, err := nft.Ensure(c, []*nft.Table{s.table}, nil, noLock, elems); err != nil {
+				t.Fatal(err)
+			}
+			tc.drift(c)
+			if err := c.Flush(); err != nil {
+				t.Fatalf("drift: %v", err)
+			}
+			d, err := nft.Verify(c, s.table)
+			if err != nil || !strings.Contains(strings.Join(d, "\n"), tc.want) {
+				t.Fatalf("Verify after %s = %q, %v; want a difference naming %q", tc.name, d, err, tc.want)
+			}
+			rep, err := nft.Ensure(c, []*nft.Table{s.table}, nil, noLock, elems)
+			if err != nil || len(rep.Rebuilt) != 1 {
+				t.Fatalf("Ensure after %s: %+v %v", tc.name, rep, err)
+			}
+			if d, err := nft.Verify(c, s.table); err != nil || len(d) > 0 {
+				t.Errorf("Verify after the repair: %q %v", d, err)
+			}
+			if err := nft.CheckElements(c, []*nft.Table{s.table}, s.elems); err != nil {
+				t.Errorf("elements after the repair: %v", err)
+			}
+		})
+	}
+}
