@@ -95,21 +95,25 @@ func shapes(t *testing.T) []shape {
 // kernel holds.
 func TestGolden(t *testing.T) {
 	for _, s := range shapes(t) {
-		got := s.table.Text(s.elems[s.table.ID()])
-		path := filepath.Join("testdata", s.name+".nft")
-		if *update {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
+		golden(t, filepath.Join("testdata", s.name+".nft"), s.table.Text(s.elems[s.table.ID()]))
+	}
+}
+
+// golden compares got with the file at path, or rewrites it with -update.
+func golden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
 		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%s: %v (run go test -update)", s.name, err)
-		}
-		if got != string(want) {
-			t.Errorf("%s: text differs from %s:\n--- got\n%s--- want\n%s", s.name, path, got, want)
-		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs:\n--- got\n%s--- want\n%s", path, got, want)
 	}
 }
 

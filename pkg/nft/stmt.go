@@ -126,28 +126,26 @@ func (b *builder) dep(p proto) []expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: data},
 		}
 	}
-	ether := func(t uint16) []expr.Any { return cmp(expr.MetaKeyPROTOCOL, byte(t>>8), byte(t)) }
-	switch p {
-	case protoICMPv6:
+	if p == protoICMPv6 {
 		return append(b.dep(protoIPv6), cmp(expr.MetaKeyL4PROTO, unix.IPPROTO_ICMPV6)...)
-	case protoIPv4:
-		switch b.family {
-		case nftables.TableFamilyINet:
-			return cmp(expr.MetaKeyNFPROTO, unix.NFPROTO_IPV4)
-		case nftables.TableFamilyBridge, nftables.TableFamilyNetdev:
-			return ether(unix.ETH_P_IP)
+	}
+	// An inet table matches the layer 3 family, a bridge or netdev table
+	// the ethertype; an ip or ip6 table needs nothing.
+	l3 := map[proto]struct {
+		nfproto   byte
+		ethertype uint16
+	}{
+		protoIPv4: {unix.NFPROTO_IPV4, unix.ETH_P_IP},
+		protoIPv6: {unix.NFPROTO_IPV6, unix.ETH_P_IPV6},
+		protoARP:  {0, unix.ETH_P_ARP},
+	}[p]
+	switch b.family {
+	case nftables.TableFamilyINet:
+		if l3.nfproto != 0 {
+			return cmp(expr.MetaKeyNFPROTO, l3.nfproto)
 		}
-	case protoIPv6:
-		switch b.family {
-		case nftables.TableFamilyINet:
-			return cmp(expr.MetaKeyNFPROTO, unix.NFPROTO_IPV6)
-		case nftables.TableFamilyBridge, nftables.TableFamilyNetdev:
-			return ether(unix.ETH_P_IPV6)
-		}
-	case protoARP:
-		if b.family == nftables.TableFamilyBridge || b.family == nftables.TableFamilyNetdev {
-			return ether(unix.ETH_P_ARP)
-		}
+	case nftables.TableFamilyBridge, nftables.TableFamilyNetdev:
+		return cmp(expr.MetaKeyPROTOCOL, byte(l3.ethertype>>8), byte(l3.ethertype))
 	}
 	return nil
 }
