@@ -83,10 +83,7 @@ func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 		return e
 	}
 	id := nft.ID{Family: nftables.TableFamilyINet, Name: egressTable}
-	comment := rec.Key()
-	if rec.PodName != "" {
-		comment = rec.PodNamespace + "/" + rec.PodName
-	}
+	comment := rec.PodRef()
 	for _, a := range rec.Addresses {
 		a = a.Unmap()
 		set := setPods6

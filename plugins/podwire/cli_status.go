@@ -242,7 +242,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 
 func attachmentFromRecord(r *state.Record) attachmentStatus {
 	a := attachmentStatus{
-		Pod: r.PodNamespace + "/" + r.PodName, ContainerID: r.ContainerID, IfName: r.IfName,
+		Pod: r.PodRef(), ContainerID: r.ContainerID, IfName: r.IfName,
 		HostIfName: r.HostIfName, Addresses: r.Addresses, Complete: r.Complete,
 		AnnotationSource: r.AnnotationSource, SourceCheck: r.SourceCheck, Forwarding: r.Forwarding,
 		AllowedSourcePrefixes: r.AllowedSourcePrefixes, Egress: r.Egress,

@@ -43,14 +43,10 @@ func (sourceCheckStep) elements(conf *config.NetConf, rec *state.Record) nft.Ele
 	if !conf.SourceCheckEnabled() || rec.Forwarding {
 		return nil
 	}
-	name := rec.PodNamespace + "/" + rec.PodName
-	if rec.PodName == "" {
-		name = rec.Key()
-	}
 	return sourcecheck.Elements(sourcecheck.Pod{
 		HostIfName:      rec.HostIfName,
 		Addresses:       rec.Addresses,
 		AllowedPrefixes: rec.AllowedSourcePrefixes,
-		Name:            name,
+		Name:            rec.PodRef(),
 	})
 }

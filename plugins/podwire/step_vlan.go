@@ -252,9 +252,5 @@ func (vlanStep) elements(_ *config.NetConf, rec *state.Record) nft.Elements {
 	if v == nil || !v.PortCheck {
 		return nft.Elements{}
 	}
-	name := rec.PodNamespace + "/" + rec.PodName
-	if rec.PodName == "" {
-		name = rec.ContainerID
-	}
-	return vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, name)
+	return vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, rec.PodRef())
 }
