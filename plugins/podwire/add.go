@@ -47,9 +47,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 		// A repeated ADD for the same attachment: undo the first one, so
 		// nothing it made is left unrecorded.
 		a.log.Warn("ADD for an attachment that exists: removing the old one first")
-		prev := *a
-		prev.rec = old
-		if err := prev.teardown(len(steps)); err != nil {
+		// The same attachment, not a copy: the node lock's depth counter
+		// must stay one.
+		cur := a.rec
+		a.rec = old
+		err := a.teardown(len(steps))
+		a.rec = cur
+		if err != nil {
 			return err
 		}
 	}
