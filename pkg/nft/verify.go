@@ -180,11 +180,27 @@ func sameKeys(a, b []nftables.SetElement) bool {
 // CheckElements verifies that every element of e is in its set (one dump per
 // set). An element is named in the error by its set and key bytes.
 func CheckElements(c Reader, want []*Table, e Elements) error {
+	lost, err := MissingElements(c, want, e)
+	if err != nil {
+		return err
+	}
+	for id, sets := range lost {
+		for name, elems := range sets {
+			return fmt.Errorf("element %x missing from set %s of %s", elems[0].Key, name, id)
+		}
+	}
+	return nil
+}
+
+// MissingElements are the elements of e that are not in their sets (one
+// dump per set of e), for the tables of want.
+func MissingElements(c Reader, want []*Table, e Elements) (Elements, error) {
+	lost := Elements{}
 	for _, t := range want {
 		for name, elems := range e[t.ID()] {
 			have, err := c.GetSetElements(t.nfSet(name))
 			if err != nil {
-				return fmt.Errorf("failed to read set %s of %s: %w", name, t.ID(), err)
+				return nil, fmt.Errorf("failed to read set %s of %s: %w", name, t.ID(), err)
 			}
 			got := make(map[string]bool, len(have))
 			for _, h := range have {
@@ -194,12 +210,12 @@ func CheckElements(c Reader, want []*Table, e Elements) error {
 			}
 			for _, w := range elems {
 				if !got[string(w.Key)] {
-					return fmt.Errorf("element %x missing from set %s of %s", w.Key, name, t.ID())
+					lost.Add(t.ID(), name, w)
 				}
 			}
 		}
 	}
-	return nil
+	return lost, nil
 }
 
 // TableState is one podwire table as Inspect found it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -84,7 +85,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 	}
-	if e := recordElements(a.conf, a.rec); len(e) > 0 {
+	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
 		c, err := a.conn()
 		if err != nil {
 			return err
@@ -136,7 +137,7 @@ func (a *attachment) teardown(n int) error {
 	}
 	defer unlock()
 	var errs []error
-	if e := recordElements(a.conf, a.rec); len(e) > 0 {
+	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
 		if c, err := a.conn(); err != nil {
 			errs = append(errs, err)
 		} else if err := nft.DeleteElements(c, e); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/ruleset"
 )
 
 // cmdCheck verifies podwire's own resources for the attachment: the record,
@@ -47,7 +48,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 				return fmt.Errorf("node table %s is not current: %s", t.ID(), strings.Join(drift, "; "))
 			}
 		}
-		if err := nft.CheckElements(c, want, recordElements(a.conf, rec)); err != nil {
+		if err := nft.CheckElements(c, want, ruleset.Elements(a.conf, rec)); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -185,7 +186,7 @@ func (st *nodeStatus) readTables(conf *config.NetConf) error {
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	states, err := nft.Inspect(c, wantTables(conf), knownTables())
+	states, err := nft.Inspect(c, ruleset.Tables(conf, nodetables.ReadEnv(conf)), ruleset.Known())
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}

@@ -4,10 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
-	"github.com/podwire/podwire/pkg/state"
 )
 
 // nodeTablesStep owns the node-wide tables: load-balancer probe SNAT and
@@ -58,14 +55,3 @@ func (nodeTablesStep) del(*attachment) error { return nil }
 
 // check: CHECK verifies the tables and elements for every owner.
 func (nodeTablesStep) check(*attachment) error { return nil }
-
-func (nodeTablesStep) tables(conf *config.NetConf) []*nft.Table {
-	if conf.ProbeSNAT == nil && !conf.EgressEnabled() {
-		return nil
-	}
-	return nodetables.Tables(conf, nodetables.ReadEnv(conf))
-}
-
-func (nodeTablesStep) elements(conf *config.NetConf, rec *state.Record) nft.Elements {
-	return nodetables.Elements(conf, rec)
-}
