@@ -1,40 +1,24 @@
 package nft_test
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nft/nfttest"
 )
 
-// throwaway makes a netns for one test and an nftables connection into it;
-// the host's ruleset is never touched.
+// throwaway is a netns of its own for one test, nft(8) required.
 func throwaway(t *testing.T) (name string, c *nftables.Conn) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace (make test-integration runs it)")
-	}
+	name, c = nfttest.Throwaway(t)
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatalf("nft(8) is installed by scripts/install-deps.sh: %v", err)
 	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
-	c, err = nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = ns.NetNS(netns)
-	return filepath.Base(netns.Path()), c
+	return name, c
 }
 
 func nftIn(t *testing.T, netns string, stdin string, args ...string) string {

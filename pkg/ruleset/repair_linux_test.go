@@ -2,14 +2,13 @@ package ruleset
 
 import (
 	"net/netip"
-	"os"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nft/nfttest"
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -18,18 +17,7 @@ import (
 // the tables down with the records' elements, finds nothing to do the second
 // time, and puts back an element deleted behind its back and a flushed chain.
 func TestRepair(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace (make test-integration runs it)")
-	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { netns.Close(); _ = testutils.UnmountNS(netns) }()
-	c, err := nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := nfttest.Throwaway(t)
 	conf, err := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire","egress":{"ips":["203.0.113.10"]}}`))
 	if err != nil {
 		t.Fatal(err)
