@@ -12,10 +12,15 @@ REF_PLUGINS := ptp host-local tuning portmap bridge loopback
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: build tools test test-unit test-integration test-vm test-e2e demo bench lint fuzz clean
+.PHONY: build image tools test test-unit test-integration test-vm test-e2e demo bench lint fuzz clean
 
 build:
 	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire ./plugins/podwire
+	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire-agent ./cmd/podwire-agent
+
+# The agent's image as an OCI archive (bin/podwire-image.tar), built offline.
+image: build
+	scripts/image.sh
 
 tools: $(TOOLS_DIR)/.stamp
 
@@ -42,8 +47,8 @@ test-integration: build tools
 test-vm: build
 	scripts/vm-test.sh
 
-test-e2e: build tools
-	$(GO) test -count=1 -timeout 20m ./integration/cri/
+test-e2e: image tools
+	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar $(GO) test -count=1 -timeout 20m ./integration/cri/
 
 demo: build tools
 	scripts/demo.sh

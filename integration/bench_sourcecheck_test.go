@@ -18,10 +18,10 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
@@ -51,25 +51,14 @@ type benchNode struct {
 
 func newBenchNode(b *testing.B) *benchNode {
 	b.Helper()
-	nodeNS, err := testutils.NewNS()
+	nodeNS, err := cnitest.NewNS()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { releaseNS(nodeNS) })
 	bn := &benchNode{ns: nodeNS, dir: b.TempDir()}
 	bn.cni = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(bn.dir, "cache"), nil)
-	err = nodeNS.Do(func(ns.NetNS) error {
-		for _, kv := range [][2]string{
-			{"net.ipv4.ip_forward", "1"}, {"net.ipv6.conf.all.forwarding", "1"},
-			{"net.ipv4.conf.all.rp_filter", "0"}, {"net.ipv4.conf.default.rp_filter", "0"},
-		} {
-			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
-				return err
-			}
-		}
-		return run("ip", "link", "set", "lo", "up")
-	})
-	if err != nil {
+	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
 		b.Fatal(err)
 	}
 	return bn
@@ -77,32 +66,19 @@ func newBenchNode(b *testing.B) *benchNode {
 
 // podwireConf is podwire's entry of the bench network.
 func (bn *benchNode) podwireConf() map[string]any {
-	return map[string]any{
-		"type":         "podwire",
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-		"stateDir":     filepath.Join(bn.dir, "state"),
-		"logFile":      filepath.Join(bn.dir, "podwire.log"),
-	}
+	return cnitest.PodwireEntry(filepath.Join(bn.dir, "state"), filepath.Join(bn.dir, "podwire.log"), nil)
 }
 
 // list is ptp + host-local, then podwire when withPodwire.
 func (bn *benchNode) list(b *testing.B, withPodwire bool) *libcni.NetworkConfigList {
-	plugins := []any{map[string]any{
-		"type": "ptp", "ipMasq": false, "mtu": 1500,
-		"ipam": map[string]any{
-			"type": "host-local", "dataDir": filepath.Join(bn.dir, "ipam"),
-			"ranges": []any{
-				[]any{map[string]string{"subnet": "10.244.1.0/24"}},
-				[]any{map[string]string{"subnet": "fd00:244:1::/64"}},
-			},
-			"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
-		},
-	}}
-	if withPodwire {
-		plugins = append(plugins, bn.podwireConf())
+	c := cnitest.Chain{
+		Name: "podwire-bench", Version: "1.1.0", IPAMDir: filepath.Join(bn.dir, "ipam"),
+		V4Pool: "10.244.1.0/24", V6Pool: "fd00:244:1::/64", DefaultRoutes: true, MTU: 1500,
 	}
-	raw, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "podwire-bench", "plugins": plugins})
-	l, err := libcni.ConfListFromBytes(raw)
+	if withPodwire {
+		c.Plugins = append(c.Plugins, bn.podwireConf())
+	}
+	l, err := c.List()
 	if err != nil {
 		b.Fatal(err)
 	}

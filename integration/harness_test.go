@@ -8,27 +8,18 @@
 package integration
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
-	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // specVersions are the CNI spec versions every verb is tested with: 0.3.x
@@ -49,8 +40,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "integration tests need root (network namespaces, nftables)")
 		os.Exit(1)
 	}
-	podwireBin = envPath("PODWIRE_BIN", "../bin/podwire")
-	cniBinDir = envPath("PODWIRE_CNI_BIN", "../.cache/cni-bin")
+	podwireBin = cnitest.PodwireBin()
+	cniBinDir = cnitest.CNIBinDir()
 	for _, p := range []string{podwireBin, filepath.Join(cniBinDir, "ptp"), filepath.Join(cniBinDir, "host-local")} {
 		if _, err := os.Stat(p); err != nil {
 			fmt.Fprintf(os.Stderr, "missing %s: run `make build tools` (or `make test-integration`)\n", p)
@@ -58,18 +49,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(m.Run())
-}
-
-func envPath(key, def string) string {
-	p := os.Getenv(key)
-	if p == "" {
-		p = def
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return p
-	}
-	return abs
 }
 
 // node is a simulated Kubernetes node: a netns with forwarding on, a CNI
@@ -93,7 +72,7 @@ type node struct {
 // netns goes away with it, every link, route and nftables table in it.
 func newNode(t *testing.T) *node {
 	t.Helper()
-	nodeNS, err := testutils.NewNS()
+	nodeNS, err := cnitest.NewNS()
 	if err != nil {
 		t.Fatalf("failed to create node netns: %v", err)
 	}
@@ -101,22 +80,15 @@ func newNode(t *testing.T) *node {
 	t.Cleanup(func() { releaseNS(nodeNS) })
 	n.cni = libcni.NewCNIConfigWithCacheDir(
 		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.dir, "cache"), nil)
-	n.do(func() error {
-		for _, kv := range [][2]string{
-			{"net.ipv4.ip_forward", "1"},
-			{"net.ipv6.conf.all.forwarding", "1"},
-			{"net.ipv4.conf.all.rp_filter", "0"},
-			{"net.ipv4.conf.default.rp_filter", "0"},
-			{"net.ipv6.conf.default.accept_dad", "0"}, // test speed: no DAD wait
-		} {
-			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
-				return fmt.Errorf("node sysctl %s: %w", kv[0], err)
-			}
-		}
-		return run("ip", "link", "set", "lo", "up")
-	})
+	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
+		t.Fatalf("node: %v", err)
+	}
 	return n
 }
+
+// client is the node's runtime: libcni (n.cni, which a test may swap)
+// inside the node netns.
+func (n *node) client() *cnitest.Client { return &cnitest.Client{NS: n.ns, CNI: n.cni} }
 
 // do runs f inside the node netns (fatal on error).
 func (n *node) do(f func() error) {
@@ -129,48 +101,23 @@ func (n *node) do(f func() error) {
 func (n *node) stateDir() string { return filepath.Join(n.dir, "state") }
 func (n *node) logFile() string  { return filepath.Join(n.dir, "podwire.log") }
 
-// conflist is ptp + host-local (dual stack) then podwire with the given
-// extra keys, for one spec version.
+// chain is ptp + host-local (dual stack), or n.primary, then podwire with
+// the given extra keys, for one spec version.
+func (n *node) chain(version string, podwire map[string]any) cnitest.Chain {
+	return cnitest.Chain{
+		Name: "podwire-test", Version: version, IPAMDir: filepath.Join(n.dir, "ipam"),
+		V4Pool: n.v4Pool, V6Pool: n.v6Pool, DefaultRoutes: true, MTU: 1500, IPMasq: n.ptpIPMasq,
+		PrimaryEntry: n.primary,
+		Plugins:      []map[string]any{cnitest.PodwireEntry(n.stateDir(), n.logFile(), podwire)},
+	}
+}
+
+// conflist is chain parsed by libcni (test goroutine only: fatal on error).
 func (n *node) conflist(version string, podwire map[string]any) *libcni.NetworkConfigList {
 	n.t.Helper()
-	pw := map[string]any{
-		"type":         "podwire",
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-		"stateDir":     n.stateDir(),
-		"logFile":      n.logFile(),
-	}
-	for k, v := range podwire {
-		pw[k] = v
-	}
-	first := n.primary
-	if first == nil {
-		first = map[string]any{
-			"type":   "ptp",
-			"ipMasq": n.ptpIPMasq,
-			"mtu":    1500,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": filepath.Join(n.dir, "ipam"),
-				"ranges": []any{
-					[]any{map[string]string{"subnet": n.v4Pool}},
-					[]any{map[string]string{"subnet": n.v6Pool}},
-				},
-				"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
-			},
-		}
-	}
-	list := map[string]any{
-		"cniVersion": version,
-		"name":       "podwire-test",
-		"plugins":    []any{first, pw},
-	}
-	b, err := json.Marshal(list)
+	l, err := n.chain(version, podwire).List()
 	if err != nil {
 		n.t.Fatal(err)
-	}
-	l, err := libcni.ConfListFromBytes(b)
-	if err != nil {
-		n.t.Fatalf("conflist: %v", err)
 	}
 	return l
 }
@@ -186,6 +133,9 @@ type podSpec struct {
 	// noCapability leaves the capability out, as an old runtime would.
 	noCapability bool
 	podwire      map[string]any // extra podwire config keys
+	// list replaces the harness's conflist (one read from a conf dir).
+	list *libcni.NetworkConfigList
+	uid  string // K8S_POD_UID; default random
 }
 
 // pod is one pod sandbox: its netns and CNI attachment.
@@ -200,82 +150,37 @@ type pod struct {
 	v4, v6  netip.Addr
 }
 
+// args is what a CRI runtime sends for the pod.
+func (s podSpec) args() cnitest.PodArgs {
+	return cnitest.PodArgs{Namespace: s.namespace, Name: s.name, UID: s.uid, Annotations: s.annotations, NoCapability: s.noCapability}
+}
+
 // runtimeConf builds what a CRI runtime would send.
 func (s podSpec) runtimeConf(netnsPath string) *libcni.RuntimeConf {
-	ns, name := s.namespace, s.name
-	if ns == "" {
-		ns = "default"
-	}
-	if name == "" {
-		name = "pod-" + randHex(4)
-	}
-	rt := &libcni.RuntimeConf{
-		ContainerID: randHex(32),
-		NetNS:       netnsPath,
-		IfName:      "eth0",
-		Args: [][2]string{
-			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", ns},
-			{"K8S_POD_NAME", name},
-			{"K8S_POD_INFRA_CONTAINER_ID", "x"},
-			{"K8S_POD_UID", randHex(8)},
-		},
-	}
-	if !s.noCapability {
-		var ann any
-		if s.annotations != nil {
-			ann = s.annotations
-		}
-		rt.CapabilityArgs = map[string]any{"io.kubernetes.cri.pod-annotations": ann}
-	}
-	return rt
+	return s.args().RuntimeConf(netnsPath)
 }
 
 // addPod creates a pod netns and runs ADD through the chain. On error the
-// pod netns is removed and the error returned (for refusal tests).
+// chain's DEL has run, the pod netns is removed and the error returned (for
+// refusal tests). It never fails the test itself: tests run it in
+// goroutines.
 func (n *node) addPod(s podSpec) (*pod, error) {
-	n.t.Helper()
 	if s.version == "" {
 		s.version = "1.1.0"
 	}
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		n.t.Fatalf("failed to create pod netns: %v", err)
-	}
-	p := &pod{n: n, ns: podNS, list: n.conflist(s.version, s.podwire), rt: s.runtimeConf(podNS.Path())}
-	// Test speed only: no IPv6 duplicate address detection in the pod, so
-	// ptp does not wait a second for addresses to settle.
-	if err := podNS.Do(func(ns.NetNS) error {
-		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
-		return err
-	}); err != nil {
-		n.t.Fatal(err)
-	}
-	var res types.Result
-	err = n.ns.Do(func(ns.NetNS) error {
+	list := s.list
+	if list == nil {
 		var err error
-		res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
-		return err
-	})
-	if err != nil {
-		// As a runtime does after a failed ADD: DEL, so that ptp and
-		// host-local release what they made.
-		_ = p.del()
-		p.closeNS()
-		return nil, err
-	}
-	p.version = res.Version()
-	if p.result, err = current.NewResultFromResult(res); err != nil {
-		n.t.Fatalf("result: %v", err)
-	}
-	for _, ip := range p.result.IPs {
-		a, _ := netip.AddrFromSlice(ip.Address.IP)
-		if a.Unmap().Is4() {
-			p.v4 = a.Unmap()
-		} else {
-			p.v6 = a
+		if list, err = n.chain(s.version, s.podwire).List(); err != nil {
+			return nil, err
 		}
 	}
+	sb, err := n.client().AddSandbox(list, s.args())
+	if err != nil {
+		return nil, err
+	}
+	p := &pod{n: n, ns: sb.NS, list: list, rt: sb.RT, result: sb.Result, version: sb.Version}
+	p.v4, p.v6 = sb.Addrs()
 	n.t.Cleanup(func() {
 		_ = p.del()
 		p.closeNS()
@@ -294,51 +199,29 @@ func (n *node) mustAddPod(s podSpec) *pod {
 }
 
 func (p *pod) closeNS() {
-	if p.ns != nil {
-		releaseNS(p.ns)
-		p.ns = nil
-	}
+	releaseNS(p.ns)
+	p.ns = nil
 }
 
 // del runs DEL through the chain (libcni passes the cached prevResult; a
 // second DEL finds no cache and sends none).
-func (p *pod) del() error {
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.DelNetworkList(context.Background(), p.list, p.rt)
-	})
-}
+func (p *pod) del() error { return p.n.client().Del(p.list, p.rt) }
 
 // delNoNetns runs DEL as a runtime's second DEL: no netns, no prevResult.
-func (p *pod) delNoNetns() error {
-	rt := *p.rt
-	rt.NetNS = ""
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.DelNetworkList(context.Background(), p.list, &rt)
-	})
-}
+func (p *pod) delNoNetns() error { return p.n.client().DelNoNetns(p.list, p.rt) }
 
-func (p *pod) check() error {
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.CheckNetworkList(context.Background(), p.list, p.rt)
-	})
-}
+func (p *pod) check() error { return p.n.client().Check(p.list, p.rt) }
 
 // gc runs GC for the list with the given valid attachments.
 func (n *node) gc(list *libcni.NetworkConfigList, valid ...*pod) error {
-	args := &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}}
+	var rts []*libcni.RuntimeConf
 	for _, p := range valid {
-		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: p.rt.ContainerID, IfName: p.rt.IfName})
+		rts = append(rts, p.rt)
 	}
-	return n.ns.Do(func(ns.NetNS) error {
-		return n.cni.GCNetworkList(context.Background(), list, args)
-	})
+	return n.client().GC(list, rts...)
 }
 
-func (n *node) status(list *libcni.NetworkConfigList) error {
-	return n.ns.Do(func(ns.NetNS) error {
-		return n.cni.GetStatusNetworkList(context.Background(), list)
-	})
-}
+func (n *node) status(list *libcni.NetworkConfigList) error { return n.client().Status(list) }
 
 // records returns the names of podwire's state records on the node.
 func (n *node) records() []string {
@@ -357,51 +240,16 @@ func (n *node) log() string {
 	return string(b)
 }
 
-func randHex(nbytes int) string {
-	b := make([]byte, nbytes)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// run executes a command in the calling thread's netns (inside ns.Do).
-func run(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-// cniCode returns the CNI error code of err, or 0.
-func cniCode(err error) uint {
-	var te *types.Error
-	if !errors.As(err, &te) {
-		return 0
-	}
-	return te.Code
-}
-
-// eventually retries f for up to d (for kernel state that settles: DAD).
-func eventually(d time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// releaseNS closes a netns made by testutils.NewNS and removes its bind
-// mount. Under parallel ADDs a plain unmount can fail with EBUSY while
-// another goroutine's new netns mount propagates through the shared
-// /var/run/netns; a lazy unmount (MNT_DETACH) then still removes it, so no
-// test leaves a netns behind.
-func releaseNS(n ns.NetNS) {
-	n.Close()
-	if err := testutils.UnmountNS(n); err != nil {
-		_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
-		_ = os.Remove(n.Path())
-	}
-}
+// Shared with the other suites through integration/cnitest.
+var (
+	randHex = cnitest.RandHex
+	// run executes a command in the calling thread's netns (inside ns.Do).
+	run = cnitest.Run
+	// cniCode returns the CNI error code of err, or 0.
+	cniCode = cnitest.CNICode
+	// eventually retries f for up to d (for kernel state that settles: DAD).
+	eventually = cnitest.Eventually
+	// releaseNS closes a netns and removes its bind mount, lazily when a
+	// plain unmount fails with EBUSY (parallel ADDs).
+	releaseNS = cnitest.ReleaseNS
+)

@@ -2,18 +2,14 @@ package integration
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -558,75 +554,30 @@ func TestNodeTablesRepair(t *testing.T) {
 	}
 }
 
-// fakeNodeAPI serves GET /api/v1/nodes/NAME (metadata only) on the node's
-// loopback, and writes a kubeconfig for it; it counts the GETs.
-type fakeNodeAPI struct {
-	srv        *httptest.Server
-	kubeconfig string
-	gets       atomic.Int32
-}
-
-func (n *node) newFakeNodeAPI(name string, annotations map[string]string) *fakeNodeAPI {
-	n.t.Helper()
-	f := &fakeNodeAPI{}
-	var ln net.Listener
-	n.do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0") // inside the node netns, where podwire runs
-		return err
-	})
-	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.gets.Add(1)
-		if r.Method != http.MethodGet || r.URL.Path != "/api/v1/nodes/"+name ||
-			!strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata") {
-			http.Error(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`, http.StatusNotFound)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-			"metadata": map[string]any{"name": name, "annotations": annotations},
-		})
-	}))
-	f.srv.Listener = ln
-	f.srv.Start()
-	n.t.Cleanup(f.srv.Close)
-	f.kubeconfig = filepath.Join(n.dir, "node.kubeconfig")
-	kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {server: %q}\n"+
-		"users:\n- name: podwire\n  user: {token: t}\ncontexts:\n- name: fake\n  context: {cluster: fake, user: podwire}\n"+
-		"current-context: fake\n", f.srv.URL)
-	if err := os.WriteFile(f.kubeconfig, []byte(kc), 0o600); err != nil {
-		n.t.Fatal(err)
-	}
-	return f
-}
-
 // TestEgressIPFromNodeAnnotation: with egress.nodeAnnotation the egress IPs
-// come from the node's podwire.io/egress-ip annotation, read once with a
-// metadata-only GET and cached in stateDir (the second ADD makes no API
-// call); with no cache and the API down, ADD fails with CNI error 11.
+// come from the node's podwire.io/egress-ip annotation, which the agent
+// writes into stateDir and the plugin reads from there (no API call); before
+// the agent has written it, ADD fails with CNI error 11.
 func TestEgressIPFromNodeAnnotation(t *testing.T) {
 	n := newNode(t)
 	peer := uplink(t, n, true)
-	api := n.newFakeNodeAPI("worker-1", map[string]string{"podwire.io/egress-ip": egress4.String() + "," + egress6.String()})
-	conf := map[string]any{"kubeconfig": api.kubeconfig, "nodeName": "worker-1",
-		"egress": map[string]any{"nodeAnnotation": true, "exceptCIDRs": []string{"198.51.100.128/25"}}}
-	a := n.mustAddPod(podSpec{podwire: conf})
-	n.mustAddPod(podSpec{podwire: conf})
-	if got := api.gets.Load(); got != 1 {
-		t.Fatalf("%d API GETs for two ADDs, want 1 (the second from the cache)", got)
+	conf := map[string]any{"egress": map[string]any{"nodeAnnotation": true, "exceptCIDRs": []string{"198.51.100.128/25"}}}
+	if _, err := n.addPod(podSpec{podwire: conf}); cniCode(err) != 11 {
+		t.Fatalf("ADD before the agent wrote the annotation: %v (code %d), want code 11", err, cniCode(err))
 	}
+	n.startAgent(n.primaryList("1.0.0", nil), n.podwireEntry(conf),
+		knode("worker-1", map[string]string{"podwire.io/egress-ip": egress4.String() + "," + egress6.String()}))
+	if err := eventually(10*time.Second, func() error {
+		_, err := os.Stat(filepath.Join(n.stateDir(), "node-egress-ip.cache"))
+		return err
+	}); err != nil {
+		t.Fatalf("agent did not write the node annotation: %v", err)
+	}
+	a := n.mustAddPod(podSpec{podwire: conf})
 	for _, tc := range []struct{ dst, want netip.Addr }{{ext4, egress4}, {ext6, egress6}} {
 		srv := listenTCP(t, peer, netip.AddrPortFrom(tc.dst, 0).String())
 		if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) {
 			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.ns))
 		}
-	}
-	if err := os.Remove(filepath.Join(n.stateDir(), "node-egress-ip.cache")); err != nil {
-		t.Fatal(err)
-	}
-	api.srv.Close()
-	if _, err := n.addPod(podSpec{podwire: conf}); cniCode(err) != 11 {
-		t.Fatalf("ADD with no cache and the API down: %v (code %d), want code 11", err, cniCode(err))
 	}
 }

@@ -5,8 +5,12 @@
 # are touched; the host netns is not.
 #
 # Environment: BENCH_ROUNDS (pods per arm, default 30), BENCH_LEVELS (existing
-# podwire pods of the scaling runs, default 0,100,1000), BENCH_STRACE=0 to skip
-# the strace profile, BENCH_OUT (default docs/benchmarks.md).
+# podwire pods of the scaling runs, default 0,100,1000), BENCH_FOREIGN (the
+# other owner's ruleset of the foreign-ruleset node: services,endpoints per
+# service,services without endpoints; default 5000,3,17500 = 20000 chains,
+# 100000 rules, 50000 elements; 0,0,0 skips it), BENCH_STRACE=0 to skip the
+# strace profile, BENCH_OUT (default docs/benchmarks.md).
+# Quick look (CI time): BENCH_ROUNDS=3 BENCH_LEVELS=0,10 BENCH_FOREIGN=50,3,100 BENCH_STRACE=0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +45,7 @@ exec "$BENCH_BIN/bench" \
 	-bench-bin "$BENCH_BIN" \
 	-n "${BENCH_ROUNDS:-30}" \
 	-levels "${BENCH_LEVELS:-0,100,1000}" \
+	-foreign "${BENCH_FOREIGN:-5000,3,17500}" \
 	-out "${BENCH_OUT:-docs/benchmarks.md}" \
 	-rev "$rev" \
 	-note "node-table work (pkg/nodetables) at build time: $nt; files changed or new under pkg/ and plugins/ vs HEAD: $dirty" \

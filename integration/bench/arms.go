@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // arm is one chain measured: ptp + host-local, then the chained plugins of
@@ -94,24 +96,15 @@ func newArmNamed(kind string, n *node, subnet int, name string) (*arm, error) {
 	default:
 		return nil, fmt.Errorf("unknown arm %q", kind)
 	}
-	list := map[string]any{
-		"cniVersion": "1.1.0",
-		"name":       name,
-		"plugins": append([]any{map[string]any{
-			"type": "ptp",
-			"mtu":  1500,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"dataDir": filepath.Join(n.dir, "ipam"),
-				"ranges": []any{
-					[]any{map[string]string{"subnet": fmt.Sprintf("10.%d.0.0/16", subnet)}},
-					[]any{map[string]string{"subnet": fmt.Sprintf("fd00:%d::/64", subnet)}},
-				},
-				"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
-			},
-		}}, a.extra(n)...),
+	var plugins []map[string]any
+	for _, e := range a.extra(n) {
+		plugins = append(plugins, e.(map[string]any))
 	}
-	l, err := libcni.ConfListFromBytes(mustJSON(list))
+	l, err := cnitest.Chain{
+		Name: name, Version: "1.1.0", IPAMDir: filepath.Join(n.dir, "ipam"),
+		V4Pool: fmt.Sprintf("10.%d.0.0/16", subnet), V6Pool: fmt.Sprintf("fd00:%d::/64", subnet),
+		DefaultRoutes: true, MTU: 1500, Plugins: plugins,
+	}.List()
 	if err != nil {
 		return nil, fmt.Errorf("conflist of arm %s: %w", kind, err)
 	}

@@ -22,8 +22,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 func init() {
@@ -43,6 +44,7 @@ type options struct {
 	traceDir   string
 	notes      []string
 	profWrap   string
+	foreign    foreignShape
 }
 
 // bench holds the run's setup and results.
@@ -66,6 +68,11 @@ func main() {
 	flag.IntVar(&o.rounds, "n", 30, "measured rounds per comparison (pods per arm)")
 	flag.IntVar(&o.warmup, "warmup", 2, "unmeasured rounds first")
 	flag.StringVar(&levels, "levels", "0,100,1000", "existing podwire pods for the scaling runs")
+	o.foreign = defaultForeign
+	flag.Func("foreign", "the other owner's ruleset on the foreign-ruleset node: services,endpoints-per-service,services-without-endpoints (default 5000,3,17500: 20000 chains, 100000 rules, 50000 elements; 0,0,0 skips the phase)", func(v string) error {
+		_, err := fmt.Sscanf(v, "%d,%d,%d", &o.foreign.services, &o.foreign.endpoints, &o.foreign.idle)
+		return err
+	})
 	flag.Float64Var(&o.ppsSeconds, "pps-seconds", 1.5, "seconds per UDP burst")
 	flag.IntVar(&o.ppsBursts, "pps-bursts", 4, "UDP bursts per arm")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "report to write")
@@ -146,6 +153,14 @@ func (b *bench) run() error {
 	b.r.machine = describeMachine(b)
 	b.r.sizes = binarySizes(b)
 	b.r.vlanOK, b.r.vlanReason = probeVLANFiltering()
+	b.progress("start-up: CNI VERSION of podwire and of the minimal plugin")
+	if err := b.startup(); err != nil {
+		return err
+	}
+	b.progress("kernel grace period of an nftables element delete")
+	if err := b.grace(); err != nil {
+		return err
+	}
 	b.progress("latency arms (%d rounds + %d warm-up)", b.opt.rounds, b.opt.warmup)
 	if err := b.latency(); err != nil {
 		return err
@@ -157,6 +172,13 @@ func (b *bench) run() error {
 	b.progress("scaling at %v existing podwire pods", b.opt.levels)
 	if err := b.scaling(); err != nil {
 		return err
+	}
+	if b.opt.foreign.services > 0 {
+		c, r, e := b.opt.foreign.counts()
+		b.progress("clean node against one with %d foreign chains, %d rules, %d elements", c, r, e)
+		if err := b.foreign(); err != nil {
+			return err
+		}
 	}
 	b.progress("UDP throughput through the source check")
 	if err := b.throughput(); err != nil {
@@ -177,11 +199,11 @@ func (b *bench) run() error {
 // probeVLANFiltering reports whether a bridge with VLAN filtering can be
 // made (in a throwaway netns).
 func probeVLANFiltering() (bool, string) {
-	t, err := testutils.NewNS()
+	t, err := cnitest.NewNS()
 	if err != nil {
 		return false, err.Error()
 	}
-	defer func() { t.Close(); _ = testutils.UnmountNS(t) }()
+	defer cnitest.ReleaseNS(t)
 	err = t.Do(func(ns.NetNS) error {
 		on := true
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, VlanFiltering: &on}); err != nil {

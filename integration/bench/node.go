@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -16,9 +13,9 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // Addresses of the simulated node's uplink: "eth0" holding the
@@ -43,7 +40,7 @@ type node struct {
 
 // newNode makes a node netns named name.
 func (b *bench) newNode(name string) (*node, error) {
-	nodeNS, err := testutils.NewNS()
+	nodeNS, err := cnitest.NewNS()
 	if err != nil {
 		return nil, fmt.Errorf("failed to create node netns: %w", err)
 	}
@@ -53,25 +50,10 @@ func (b *bench) newNode(name string) (*node, error) {
 		return nil, err
 	}
 	n.cni = libcni.NewCNIConfigWithCacheDir(b.binDirs, filepath.Join(n.dir, "cache"), nil)
+	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
+		return n, err
+	}
 	err = n.ns.Do(func(ns.NetNS) error {
-		for _, kv := range [][2]string{
-			{"net.ipv4.ip_forward", "1"},
-			{"net.ipv6.conf.all.forwarding", "1"},
-			{"net.ipv4.conf.all.rp_filter", "0"},
-			{"net.ipv4.conf.default.rp_filter", "0"},
-			{"net.ipv6.conf.default.accept_dad", "0"},
-		} {
-			if _, err := sysctl.Sysctl(kv[0], kv[1]); err != nil {
-				return fmt.Errorf("node sysctl %s: %w", kv[0], err)
-			}
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
 		// A veth pair stands for the NIC (this kernel may lack the dummy
 		// driver); its peer is up so that the uplink has a carrier.
 		up := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: uplinkName}, PeerName: uplinkName + "-peer"}
@@ -114,11 +96,8 @@ func (n *node) close() {
 		p.closeNS()
 	}
 	n.pods = nil
-	if n.ns != nil {
-		n.ns.Close()
-		_ = testutils.UnmountNS(n.ns)
-		n.ns = nil
-	}
+	cnitest.ReleaseNS(n.ns)
+	n.ns = nil
 }
 
 // pod is one pod sandbox attached through one arm's conflist.
@@ -130,56 +109,30 @@ type pod struct {
 }
 
 func (p *pod) closeNS() {
-	if p.ns != nil {
-		p.ns.Close()
-		_ = testutils.UnmountNS(p.ns)
-		p.ns = nil
-	}
+	cnitest.ReleaseNS(p.ns)
+	p.ns = nil
 }
 
 // newPod makes a pod netns with IPv6 DAD off (so ptp does not wait for the
 // addresses to settle) and the runtime config a CRI runtime would send.
 func newPod(a *arm, seq int) (*pod, error) {
-	podNS, err := testutils.NewNS()
+	podNS, err := cnitest.NewPodNS()
 	if err != nil {
-		return nil, fmt.Errorf("failed to create pod netns: %w", err)
-	}
-	if err := podNS.Do(func(ns.NetNS) error {
-		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
-		return err
-	}); err != nil {
-		podNS.Close()
-		_ = testutils.UnmountNS(podNS)
 		return nil, err
 	}
-	namespace := "default"
+	args := cnitest.PodArgs{Name: fmt.Sprintf("bench-%s-%d", a.key, seq), Annotations: a.annotations}
+	if len(a.annotations) == 0 {
+		args.Annotations = nil // null: a pod without annotations, as containerd sends it
+	}
 	if a.forwarding {
-		namespace = "nf-bench"
+		args.Namespace = "nf-bench"
 	}
-	rt := &libcni.RuntimeConf{
-		ContainerID: randHex(32),
-		NetNS:       podNS.Path(),
-		IfName:      "eth0",
-		Args: [][2]string{
-			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", namespace},
-			{"K8S_POD_NAME", fmt.Sprintf("bench-%s-%d", a.key, seq)},
-			{"K8S_POD_INFRA_CONTAINER_ID", "x"},
-			{"K8S_POD_UID", randHex(8)},
-		},
-		CapabilityArgs: map[string]any{},
-	}
-	var ann any // null: a pod without annotations, as containerd sends it
-	if len(a.annotations) > 0 {
-		ann = a.annotations
-	}
-	rt.CapabilityArgs["io.kubernetes.cri.pod-annotations"] = ann
 	if a.portmap {
-		rt.CapabilityArgs["portMappings"] = []map[string]any{
+		args.Capabilities = map[string]any{"portMappings": []map[string]any{
 			{"hostPort": 20000 + seq%40000, "containerPort": 80, "protocol": "tcp"},
-		}
+		}}
 	}
-	return &pod{ns: podNS, list: a.list, rt: rt}, nil
+	return &pod{ns: podNS, list: a.list, rt: args.RuntimeConf(podNS.Path())}, nil
 }
 
 // cost is what one operation took: wall time, and the CPU time (user +
@@ -270,19 +223,4 @@ func (n *node) keep(a *arm, seq int) (cost, *pod, error) {
 	}
 	n.pods = append(n.pods, p)
 	return c, p, nil
-}
-
-func randHex(nbytes int) string {
-	b := make([]byte, nbytes)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// mustJSON marshals v (a literal of ours: cannot fail).
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
-	"github.com/vishvananda/netlink"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // node is a private containerd (Debian's 1.6 with runc) running in a fresh
@@ -124,18 +124,9 @@ func startNode(t *testing.T) *node {
 			t.Fatal(err)
 		}
 	}
-	if n.netns, err = testutils.NewNS(); err != nil {
+	// lo is up: the streaming server listens on the node's loopback.
+	if n.netns, err = cnitest.NewNS(); err != nil {
 		t.Fatalf("failed to create the node's netns: %v", err)
-	}
-	// The streaming server listens on the node's loopback.
-	if err := n.netns.Do(func(ns.NetNS) error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(lo)
-	}); err != nil {
-		t.Fatalf("failed to set lo up in the node's netns: %v", err)
 	}
 	cfg := strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc).Replace(containerdConfig)
 	cfgPath := filepath.Join(dir, "config.toml")
@@ -259,10 +250,7 @@ func (n *node) stop(t *testing.T) {
 	if n.log != nil {
 		n.log.Close()
 	}
-	if n.netns != nil {
-		n.netns.Close()
-		testutils.UnmountNS(n.netns)
-	}
+	cnitest.ReleaseNS(n.netns)
 	if t.Failed() {
 		t.Logf("containerd log:\n%s", n.logTail())
 		if os.Getenv("PODWIRE_E2E_KEEP") != "" {

@@ -1,27 +1,22 @@
 package vm
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
-// The VM suite's CNI client, a lean twin of integration/harness_test.go
-// (test files of another package cannot be imported): podwire through
-// libcni, chained after ptp + host-local, with a node netns per test.
+// The VM suite's CNI client: integration/cnitest (the harness the
+// integration, CRI and bench suites share) with a node netns per test and
+// podwire chained after ptp + host-local (IPv4 only, no default routes).
 
 // pluginDirs are where libcni finds podwire, ptp and host-local: the
 // initramfs's /opt/cni/bin in the VM, else PODWIRE_BIN's directory and
@@ -38,20 +33,11 @@ func pluginDirs(t *testing.T) []string {
 			dirs = append(dirs, d)
 		}
 	}
-	for _, p := range []string{"podwire", "ptp", "host-local"} {
-		found := false
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, p)); err == nil {
-				found = true
-			}
+	if err := cnitest.CheckPlugins(dirs, "podwire", "ptp", "host-local"); err != nil {
+		if inVM() {
+			t.Fatal(err)
 		}
-		if !found {
-			msg := fmt.Sprintf("plugin %s not found in %v (set PODWIRE_BIN and PODWIRE_CNI_BIN)", p, dirs)
-			if inVM() {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
+		t.Skip(err)
 	}
 	return dirs
 }
@@ -79,6 +65,9 @@ func newNode(t *testing.T, podwire map[string]any) *node {
 	return n
 }
 
+// client is the node's runtime: libcni inside the node netns.
+func (n *node) client() *cnitest.Client { return &cnitest.Client{NS: n.ns, CNI: n.cni} }
+
 // do runs f in the node netns, failing the test on error.
 func (n *node) do(f func() error) {
 	n.t.Helper()
@@ -95,42 +84,12 @@ func (n *node) log() string {
 	return string(b)
 }
 
-// conflist is ptp + host-local then podwire with the node's keys.
-func (n *node) conflist(version string) *libcni.NetworkConfigList {
-	n.t.Helper()
-	pw := map[string]any{
-		"type":         "podwire",
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-		"stateDir":     n.stateDir(),
-		"logFile":      n.logFile(),
+// chain is ptp + host-local then podwire with the node's keys.
+func (n *node) chain(version string) cnitest.Chain {
+	return cnitest.Chain{
+		Name: "podwire-vm", Version: version, IPAMDir: filepath.Join(n.dir, "ipam"), V4Pool: "10.244.1.0/24",
+		Plugins: []map[string]any{cnitest.PodwireEntry(n.stateDir(), n.logFile(), n.podwire)},
 	}
-	for k, v := range n.podwire {
-		pw[k] = v
-	}
-	list := map[string]any{
-		"cniVersion": version,
-		"name":       "podwire-vm",
-		"plugins": []any{
-			map[string]any{
-				"type": "ptp",
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"dataDir": filepath.Join(n.dir, "ipam"),
-					"ranges":  []any{[]any{map[string]string{"subnet": "10.244.1.0/24"}}},
-				},
-			},
-			pw,
-		},
-	}
-	b, err := json.Marshal(list)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	l, err := libcni.ConfListFromBytes(b)
-	if err != nil {
-		n.t.Fatalf("conflist: %v", err)
-	}
-	return l
 }
 
 // pod is one pod sandbox with its attachment.
@@ -148,33 +107,23 @@ func (n *node) addPod(annotations map[string]string) (*pod, error) {
 	return n.addPodVersion("1.1.0", annotations)
 }
 
+// addPodVersion is addPod for a spec version. A failed ADD is followed by
+// DEL, as a runtime does, and the pod netns is released. It never fails
+// the test itself: tests run it in goroutines.
 func (n *node) addPodVersion(version string, annotations map[string]string) (*pod, error) {
-	p := &pod{n: n, ns: newNS(n.t), list: n.conflist(version)}
-	p.rt = &libcni.RuntimeConf{
-		ContainerID: randHex(32),
-		NetNS:       p.ns.Path(),
-		IfName:      "eth0",
-		Args: [][2]string{
-			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", "default"},
-			{"K8S_POD_NAME", "pod-" + randHex(4)},
-			{"K8S_POD_UID", randHex(8)},
-		},
-		CapabilityArgs: map[string]any{"io.kubernetes.cri.pod-annotations": annotations},
-	}
-	var res types.Result
-	err := n.ns.Do(func(ns.NetNS) error {
-		var err error
-		res, err = n.cni.AddNetworkList(context.Background(), p.list, p.rt)
-		return err
-	})
+	list, err := n.chain(version).List()
 	if err != nil {
 		return nil, err
 	}
-	if p.result, err = current.NewResultFromResult(res); err != nil {
-		n.t.Fatalf("result: %v", err)
+	sb, err := n.client().AddSandbox(list, cnitest.PodArgs{Annotations: annotations})
+	if err != nil {
+		return nil, err
 	}
-	n.t.Cleanup(func() { _ = p.del() })
+	p := &pod{n: n, ns: sb.NS, list: list, rt: sb.RT, result: sb.Result}
+	n.t.Cleanup(func() {
+		_ = p.del()
+		cnitest.ReleaseNS(p.ns)
+	})
 	return p, nil
 }
 
@@ -187,48 +136,28 @@ func (n *node) mustAddPod(annotations map[string]string) *pod {
 	return p
 }
 
-func (p *pod) del() error {
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.DelNetworkList(context.Background(), p.list, p.rt)
-	})
-}
+func (p *pod) del() error { return p.n.client().Del(p.list, p.rt) }
 
 // delNoNetns runs DEL as a runtime's second DEL: no netns.
-func (p *pod) delNoNetns() error {
-	rt := *p.rt
-	rt.NetNS = ""
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.DelNetworkList(context.Background(), p.list, &rt)
-	})
-}
+func (p *pod) delNoNetns() error { return p.n.client().DelNoNetns(p.list, p.rt) }
 
-func (p *pod) check() error {
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.CheckNetworkList(context.Background(), p.list, p.rt)
-	})
-}
+func (p *pod) check() error { return p.n.client().Check(p.list, p.rt) }
 
-// checkPodwire runs CHECK of podwire alone (a list of the same name, so
-// libcni sends the cached result as prevResult). ptp v1.9.1's CHECK looks
-// for every IP of the result on its own interface, so it refuses a result
-// that carries static VLAN IPs on net1: that is ptp's limit, not ours.
-func (p *pod) checkPodwire() error {
-	only := *p.list
-	only.Plugins = p.list.Plugins[len(p.list.Plugins)-1:]
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.CheckNetworkList(context.Background(), &only, p.rt)
-	})
-}
+// checkPodwire runs CHECK of podwire alone (cnitest.Client.CheckLast: ptp
+// refuses a result with static VLAN IPs on net1).
+func (p *pod) checkPodwire() error { return p.n.client().CheckLast(p.list, p.rt) }
 
 // gc runs GC with valid as the valid attachments.
 func (n *node) gc(valid ...*pod) error {
-	args := &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}}
-	for _, p := range valid {
-		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: p.rt.ContainerID, IfName: p.rt.IfName})
+	list, err := n.chain("1.1.0").List()
+	if err != nil {
+		return err
 	}
-	return n.ns.Do(func(ns.NetNS) error {
-		return n.cni.GCNetworkList(context.Background(), n.conflist("1.1.0"), args)
-	})
+	var rts []*libcni.RuntimeConf
+	for _, p := range valid {
+		rts = append(rts, p.rt)
+	}
+	return n.client().GC(list, rts...)
 }
 
 // leftovers lists podwire's host veths in the node netns and its records.
@@ -253,16 +182,4 @@ func (n *node) leftovers() []string {
 }
 
 // cniCode is the CNI error code of err (libcni wraps it), or 0.
-func cniCode(err error) uint {
-	var e *types.Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return 0
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+var cniCode = cnitest.CNICode

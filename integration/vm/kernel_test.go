@@ -8,9 +8,10 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // inVM reports whether the suite runs inside scripts/vm-test.sh, where every
@@ -60,12 +61,12 @@ var (
 
 func (c *capability) check() error {
 	c.once.Do(func() {
-		n, err := testutils.NewNS()
+		n, err := cnitest.NewNS()
 		if err != nil {
 			c.err = fmt.Errorf("failed to create a probe netns: %w", err)
 			return
 		}
-		defer func() { _ = n.Close(); _ = testutils.UnmountNS(n) }()
+		defer cnitest.ReleaseNS(n)
 		c.err = n.Do(func(ns.NetNS) error { return c.probe() })
 	})
 	return c.err

@@ -8,40 +8,28 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
-// newNS makes a network namespace that is closed and unmounted when t ends.
+// newNS makes a network namespace with lo up that is released (with the
+// lazy-unmount fallback) when t ends. Test goroutine only.
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	n, err := testutils.NewNS()
+	n, err := cnitest.NewNS()
 	if err != nil {
-		t.Fatalf("failed to create netns: %v", err)
+		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	if err := n.Do(func(ns.NetNS) error { return linkUp("lo") }); err != nil {
-		t.Fatalf("failed to bring up lo in %s: %v", n.Path(), err)
-	}
+	t.Cleanup(func() { cnitest.ReleaseNS(n) })
 	return n
 }
 
-func linkUp(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("failed to find %q: %w", name, err)
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("failed to set %q up: %w", name, err)
-	}
-	return nil
-}
+// linkUp sets the link name up in the calling thread's netns.
+var linkUp = cnitest.LinkUp
 
 // addVeth makes a veth pair with hostName in host and peerName in peer, both up.
 func addVeth(t *testing.T, host ns.NetNS, hostName string, peer ns.NetNS, peerName string) {

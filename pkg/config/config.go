@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -22,7 +23,9 @@ import (
 
 // Defaults for keys left out of the config.
 const (
-	DefaultStateDir  = "/run/podwire"
+	DefaultStateDir = "/run/podwire"
+	// AgentSocketName is the node agent's unix socket in stateDir (agentSocket's default).
+	AgentSocketName  = "agent.sock"
 	DefaultBridge    = "podwire0"
 	DefaultPodIfName = "net1"
 
@@ -66,23 +69,26 @@ type NetConf struct {
 	// LogFileMaxSize is the size in MiB at which logFile is rotated (default
 	// 10); LogFileMaxBackups the rotated files kept (default 5);
 	// LogFileMaxAge the days a rotated file is kept (default 0: by count).
-	LogFileMaxSize    int        `json:"logFileMaxSize,omitempty"`
-	LogFileMaxBackups int        `json:"logFileMaxBackups,omitempty"`
-	LogFileMaxAge     int        `json:"logFileMaxAge,omitempty"`
-	StateDir          string     `json:"stateDir,omitempty"`
-	Kubeconfig        string     `json:"kubeconfig,omitempty"`
-	NodeName          string     `json:"nodeName,omitempty"`
-	Bridge            string     `json:"bridge,omitempty"`
-	Uplink            string     `json:"uplink,omitempty"`
-	MTU               int        `json:"mtu,omitempty"`
-	PodIfName         string     `json:"podIfName,omitempty"`
-	VLAN              int        `json:"vlan,omitempty"`
-	VLANTrunk         string     `json:"vlanTrunk,omitempty"`
-	AllowedVLANs      string     `json:"allowedVLANs,omitempty"`
-	SourceCheck       *bool      `json:"sourceCheck,omitempty"`
-	Forwarding        Forwarding `json:"forwarding,omitempty"`
-	ProbeSNAT         *ProbeSNAT `json:"probeSNAT,omitempty"`
-	Egress            *Egress    `json:"egress,omitempty"`
+	LogFileMaxSize    int    `json:"logFileMaxSize,omitempty"`
+	LogFileMaxBackups int    `json:"logFileMaxBackups,omitempty"`
+	LogFileMaxAge     int    `json:"logFileMaxAge,omitempty"`
+	StateDir          string `json:"stateDir,omitempty"`
+	AgentSocket       string `json:"agentSocket,omitempty"`
+	// Kubeconfig and NodeName are retired keys (the plugin makes no API
+	// call since the node agent): accepted with a warning and unused.
+	Kubeconfig   string     `json:"kubeconfig,omitempty"`
+	NodeName     string     `json:"nodeName,omitempty"`
+	Bridge       string     `json:"bridge,omitempty"`
+	Uplink       string     `json:"uplink,omitempty"`
+	MTU          int        `json:"mtu,omitempty"`
+	PodIfName    string     `json:"podIfName,omitempty"`
+	VLAN         int        `json:"vlan,omitempty"`
+	VLANTrunk    string     `json:"vlanTrunk,omitempty"`
+	AllowedVLANs string     `json:"allowedVLANs,omitempty"`
+	SourceCheck  *bool      `json:"sourceCheck,omitempty"`
+	Forwarding   Forwarding `json:"forwarding,omitempty"`
+	ProbeSNAT    *ProbeSNAT `json:"probeSNAT,omitempty"`
+	Egress       *Egress    `json:"egress,omitempty"`
 
 	// Derived by Parse.
 
@@ -170,6 +176,10 @@ func Parse(stdin []byte) (*NetConf, error) {
 	}
 	if conf.StateDir == "" {
 		conf.StateDir = DefaultStateDir
+	}
+	if conf.AgentSocket == "" {
+		// Under stateDir: the DaemonSet mounts that one host directory.
+		conf.AgentSocket = filepath.Join(conf.StateDir, AgentSocketName)
 	}
 	if conf.Bridge == "" {
 		conf.Bridge = DefaultBridge

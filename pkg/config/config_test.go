@@ -31,9 +31,25 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+// TestParseRetiredKeys: kubeconfig and nodeName (the plugin's own API
+// client, now the agent's job) are accepted with a warning naming them, even
+// with values the old validation refused.
+func TestParseRetiredKeys(t *testing.T) {
+	c, err := Parse(conf(`"kubeconfig":"/etc/../kubeconfig","nodeName":"Worker_1","egress":{"nodeAnnotation":true}`))
+	if err != nil {
+		t.Fatalf("retired keys refused: %v", err)
+	}
+	if len(c.Warnings) != 2 || !strings.Contains(c.Warnings[0], "kubeconfig") || !strings.Contains(c.Warnings[1], "nodeName") {
+		t.Errorf("warnings %q, want one naming kubeconfig and one naming nodeName", c.Warnings)
+	}
+	if c.AgentSocket != "/run/podwire/agent.sock" {
+		t.Errorf("agentSocket default %q", c.AgentSocket)
+	}
+}
+
 func TestParseFullExample(t *testing.T) {
 	c, err := Parse(conf(`"logFile":"/var/log/podwire.log","stateDir":"/run/podwire",
-	"kubeconfig":"/etc/cni/net.d/podwire.kubeconfig","nodeName":"worker-1","bridge":"podwire0",
+	"agentSocket":"/run/podwire/agent.sock","bridge":"podwire0",
 	"uplink":"eth1","mtu":1500,"podIfName":"net1","vlan":0,"vlanTrunk":"","allowedVLANs":"100-199,300",
 	"sourceCheck":true,"forwarding":{"namespaces":["nf-*"],"routablePrefixes":["198.51.100.0/24"]},
 	"probeSNAT":{"preset":"azure","interfaces":[]},
@@ -105,8 +121,7 @@ var invalidConfigs = []struct {
 	{"uplink is bridge", `"uplink":"podwire0"`, 7, []string{"uplink", "podwire0"}},
 	{"relative stateDir", `"stateDir":"run/podwire"`, 7, []string{"stateDir", "run/podwire"}},
 	{"relative logFile", `"logFile":"podwire.log"`, 7, []string{"logFile"}},
-	{"unclean kubeconfig", `"kubeconfig":"/etc/../kubeconfig"`, 7, []string{"kubeconfig"}},
-	{"nodeName upper case", `"nodeName":"Worker_1"`, 7, []string{"nodeName", "Worker_1"}},
+	{"unclean agentSocket", `"agentSocket":"/run/../agent.sock"`, 7, []string{"agentSocket"}},
 	{"vlan 4095 out of range", `"vlan":4095,"allowedVLANs":"1-4094"`, 7, []string{"vlan", "4095"}},
 	{"vlan outside allowed", `"vlan":100,"allowedVLANs":"200"`, 7, []string{"vlan", "100", "allowedVLANs"}},
 	{"vlan with no allowed", `"vlan":100`, 7, []string{"vlan", "100"}},
@@ -131,7 +146,6 @@ var invalidConfigs = []struct {
 	{"egress link-local", `"egress":{"ips":["fe80::1"]}`, 7, []string{"egress.ips[0]", "fe80::1"}},
 	{"egress zone", `"egress":{"ips":["2001:db8::1%eth0"]}`, 7, []string{"egress.ips[0]"}},
 	{"exceptCIDR is address", `"egress":{"ips":["203.0.113.10"],"exceptCIDRs":["10.0.0.1"]}`, 7, []string{"egress.exceptCIDRs[0]", "10.0.0.1"}},
-	{"nodeAnnotation without kubeconfig", `"egress":{"nodeAnnotation":true}`, 7, []string{"egress.nodeAnnotation", "kubeconfig"}},
 }
 
 func TestParseInvalid(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -91,12 +90,9 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// dns1123Subdomain is a Kubernetes object name such as a node name.
-var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-
 func (c *NetConf) validate() error {
 	for _, p := range []struct{ key, val string }{
-		{"logFile", c.LogFile}, {"stateDir", c.StateDir}, {"kubeconfig", c.Kubeconfig},
+		{"logFile", c.LogFile}, {"stateDir", c.StateDir}, {"agentSocket", c.AgentSocket},
 	} {
 		if p.val != "" && (!filepath.IsAbs(p.val) || filepath.Clean(p.val) != p.val) {
 			return Invalid(p.key, p.val, "must be a clean absolute path")
@@ -105,8 +101,12 @@ func (c *NetConf) validate() error {
 	if c.StateDir == "/" {
 		return Invalid("stateDir", c.StateDir, "must not be the root directory")
 	}
-	if c.NodeName != "" && (len(c.NodeName) > 253 || !dns1123Subdomain.MatchString(c.NodeName)) {
-		return Invalid("nodeName", c.NodeName, "must be a lower-case RFC 1123 subdomain of at most 253 characters")
+	// Retired keys: a conflist written for an older podwire keeps working.
+	for _, p := range []struct{ key, val string }{{"kubeconfig", c.Kubeconfig}, {"nodeName", c.NodeName}} {
+		if p.val != "" {
+			c.Warnings = append(c.Warnings, fmt.Sprintf(
+				"%s %q ignored: the plugin makes no Kubernetes API call; the podwire agent (deploy/) serves pod annotations and the node's egress IPs", p.key, p.val))
+		}
 	}
 	for _, p := range []struct{ key, val string }{
 		{"bridge", c.Bridge}, {"uplink", c.Uplink}, {"podIfName", c.PodIfName},
@@ -262,9 +262,6 @@ func (c *NetConf) validateEgress() error {
 			return Invalid(fmt.Sprintf("egress.exceptCIDRs[%d]", i), s, "%v", err)
 		}
 		c.ExceptCIDRs = append(c.ExceptCIDRs, p)
-	}
-	if eg.NodeAnnotation && c.Kubeconfig == "" {
-		return Invalid("egress.nodeAnnotation", true, "needs kubeconfig to read the node annotation")
 	}
 	return nil
 }

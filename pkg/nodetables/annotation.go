@@ -1,21 +1,14 @@
 package nodetables
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/metadata"
 
 	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/podmeta"
 )
 
 // EgressAnnotation is the node annotation with the node's egress IPs:
@@ -23,74 +16,43 @@ import (
 // used, as for egress.ips).
 const EgressAnnotation = "podwire.io/egress-ip"
 
-// CacheTTL is how long the cached annotation is used without asking the API
-// again: steady-state ADDs make no API call, and a changed annotation reaches
-// the tables within CacheTTL (on the next ADD after it).
-const CacheTTL = 10 * time.Minute
-
-// NodeGetter reads a node's annotations from the Kubernetes API: the seam for
-// tests. found is false when the API says the node does not exist.
-type NodeGetter interface {
-	NodeAnnotations(ctx context.Context, node string) (ann map[string]string, found bool, err error)
-}
-
-// NodeName is the Kubernetes name of this node: nodeName from the config,
-// else the host name in lower case (the kubelet's default).
-func NodeName(conf *config.NetConf) (string, error) {
-	if conf.NodeName != "" {
-		return conf.NodeName, nil
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("failed to read the host name (set nodeName): %w", err)
-	}
-	return strings.ToLower(h), nil
-}
-
-// RefreshNodeEgress makes sure stateDir caches a recent answer for the node's
-// egress annotation (egress.nodeAnnotation): nothing to do while the cache is
-// younger than CacheTTL and for this node; otherwise one metadata-only GET of
-// the node through getter (built lazily, so a fresh cache never loads the
-// kubeconfig). When the API cannot answer, a stale cache is kept and reported
-// in warn; with no cache at all it is CNI error 11 (try again later): an ADD
-// must not guess the egress IP. fetched tells whether the API was asked.
-func RefreshNodeEgress(ctx context.Context, conf *config.NetConf, getter func() (NodeGetter, error), now time.Time) (fetched bool, warn string, err error) {
-	if !conf.EgressEnabled() || !conf.Egress.NodeAnnotation {
-		return false, "", nil
-	}
-	node, err := NodeName(conf)
-	if err != nil {
-		return false, "", err
-	}
-	old, cerr := readCache(conf.StateDir)
-	if cerr == nil && old != nil && old.Node == node && now.Sub(old.Fetched) >= 0 && now.Sub(old.Fetched) < CacheTTL {
-		return false, "", nil
-	}
-	g, err := getter()
-	var ann map[string]string
-	found := false
-	if err == nil {
-		ann, found, err = g.NodeAnnotations(ctx, node)
-	}
-	if err != nil {
-		if old != nil && old.Node == node {
-			return true, fmt.Sprintf("egress.nodeAnnotation: cannot read node %s (%v): using the annotation read at %s",
-				node, err, old.Fetched.Format(time.RFC3339)), nil
-		}
-		return true, "", types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("failed to read annotation %s of node %s from the Kubernetes API", EgressAnnotation, node), err.Error())
-	}
+// WriteNodeEgress records the node's egress annotation in stateDir, where
+// the plugin reads it (egress.nodeAnnotation). The node agent is its only
+// writer: it calls this whenever the Node's annotations change. found is
+// false when the node has no such annotation. Unchanged content is not
+// rewritten; changed reports whether the file was written.
+func WriteNodeEgress(stateDir, node string, value string, found bool, now time.Time) (changed bool, err error) {
 	c := &nodeCache{Node: node, Fetched: now.UTC()}
-	switch v, ok := ann[EgressAnnotation]; {
-	case !found:
-		c.Warnings = append(c.Warnings, fmt.Sprintf("egress.nodeAnnotation: node %s not found in the Kubernetes API (set nodeName)", node))
-	case !ok:
+	if found {
+		c.Found, c.Value = true, value
+		c.V4, c.V6, c.Warnings = ParseEgressAnnotation(value)
+	} else {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("egress.nodeAnnotation: node %s has no %s annotation", node, EgressAnnotation))
-	default:
-		c.Found, c.Value = true, v
-		c.V4, c.V6, c.Warnings = ParseEgressAnnotation(v)
 	}
-	return true, "", writeCache(conf.StateDir, c)
+	if old, err := readCache(stateDir); err == nil && old != nil && old.Node == c.Node && old.Found == c.Found && old.Value == c.Value {
+		return false, nil
+	}
+	return true, writeCache(stateDir, c)
+}
+
+// CheckNodeEgress makes sure the node agent has written the node's egress
+// annotation into stateDir when egress.nodeAnnotation is on: an ADD must not
+// guess the egress IP, so with no file it is CNI error 11 (try again later).
+// The plugin makes no API call.
+func CheckNodeEgress(conf *config.NetConf) error {
+	if !conf.EgressEnabled() || !conf.Egress.NodeAnnotation {
+		return nil
+	}
+	c, err := readCache(conf.StateDir)
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater, "failed to read the node's egress annotation", err.Error())
+	}
+	if c == nil {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+			"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
+			EgressAnnotation, conf.StateDir), "")
+	}
+	return nil
 }
 
 // ParseEgressAnnotation parses "203.0.113.10,2001:db8::10": the first IPv4 and
@@ -118,36 +80,4 @@ func ParseEgressAnnotation(v string) (v4, v6 netip.Addr, warnings []string) {
 		}
 	}
 	return v4, v6, warnings
-}
-
-// nodesResource is the core/v1 nodes resource.
-var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-
-// apiNodes reads node metadata with client-go's metadata client.
-type apiNodes struct {
-	client  metadata.Interface
-	timeout time.Duration
-}
-
-// NewNodeGetter builds the API NodeGetter from a kubeconfig (the client of
-// podmeta.NewMetadataClient), every GET bounded by timeout.
-func NewNodeGetter(kubeconfig string, timeout time.Duration) (NodeGetter, error) {
-	c, err := podmeta.NewMetadataClient(kubeconfig, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &apiNodes{client: c, timeout: timeout}, nil
-}
-
-func (a *apiNodes) NodeAnnotations(ctx context.Context, node string) (map[string]string, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	obj, err := a.client.Resource(nodesResource).Get(ctx, node, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return obj.Annotations, true, nil
 }

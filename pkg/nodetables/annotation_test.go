@@ -1,84 +1,52 @@
 package nodetables
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
-// fakeNodes answers NodeAnnotations and counts the calls.
-type fakeNodes struct {
-	ann   map[string]string
-	found bool
-	err   error
-	calls int
-}
-
-func (f *fakeNodes) NodeAnnotations(_ context.Context, node string) (map[string]string, bool, error) {
-	f.calls++
-	return f.ann, f.found, f.err
-}
-
-func TestRefreshNodeEgress(t *testing.T) {
-	dir := t.TempDir()
-	conf := parse(t, `{"type":"podwire","stateDir":"`+dir+`","kubeconfig":"/k","nodeName":"worker-1",
-		"egress":{"ips":["198.51.100.7"],"nodeAnnotation":true}}`)
-	f := &fakeNodes{found: true, ann: map[string]string{EgressAnnotation: "203.0.113.10, 2001:db8::10,2001:db8::11,10.0.0.0/8"}}
-	get := func() (NodeGetter, error) { return f, nil }
+// TestNodeEgressFile: the agent's write is what the plugin reads; an
+// unchanged annotation is not rewritten; with no file an ADD with
+// egress.nodeAnnotation is CNI error 11, and without the key nothing is
+// needed.
+func TestNodeEgressFile(t *testing.T) {
+	conf, err := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire","stateDir":"` + t.TempDir() +
+		`","egress":{"nodeAnnotation":true}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *types.Error
+	if err := CheckNodeEgress(conf); !errors.As(err, &e) || e.Code != types.ErrTryAgainLater {
+		t.Fatalf("no file yet: %v, want CNI error 11", err)
+	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-	// No cache: one GET; the annotation wins over egress.ips.
-	fetched, warn, err := RefreshNodeEgress(context.Background(), conf, get, t0)
-	if err != nil || !fetched || warn != "" || f.calls != 1 {
-		t.Fatalf("first: fetched %v warn %q err %v calls %d", fetched, warn, err, f.calls)
+	if changed, err := WriteNodeEgress(conf.StateDir, "worker-1", "203.0.113.10, 2001:db8::10,203.0.113.11", true, t0); err != nil || !changed {
+		t.Fatalf("first write: changed %v err %v", changed, err)
+	}
+	if err := CheckNodeEgress(conf); err != nil {
+		t.Fatalf("after the agent's write: %v", err)
 	}
 	env := ReadEnv(conf)
 	if env.Egress4 != netip.MustParseAddr("203.0.113.10") || env.Egress6 != netip.MustParseAddr("2001:db8::10") {
-		t.Fatalf("env %+v", env)
+		t.Fatalf("egress IPs read back by the plugin: %v %v", env.Egress4, env.Egress6)
 	}
-	if len(env.Warnings) != 2 {
-		t.Errorf("warnings %q, want the ignored second IPv6 and the CIDR", env.Warnings)
+	if changed, _ := WriteNodeEgress(conf.StateDir, "worker-1", "203.0.113.10, 2001:db8::10,203.0.113.11", true, t0.Add(time.Hour)); changed {
+		t.Error("an unchanged annotation was rewritten")
 	}
-	// Fresh cache: no GET.
-	if fetched, _, _ := RefreshNodeEgress(context.Background(), conf, get, t0.Add(CacheTTL-time.Second)); fetched || f.calls != 1 {
-		t.Fatalf("fresh cache: fetched %v calls %d", fetched, f.calls)
+	if changed, _ := WriteNodeEgress(conf.StateDir, "worker-1", "", false, t0); !changed {
+		t.Error("a removed annotation was not written")
 	}
-	// Stale cache and the API down: the stale answer stays, with a warning.
-	f.err = errors.New("connection refused")
-	fetched, warn, err = RefreshNodeEgress(context.Background(), conf, get, t0.Add(CacheTTL))
-	if err != nil || !fetched || warn == "" {
-		t.Fatalf("stale cache, API down: fetched %v warn %q err %v", fetched, warn, err)
+	if env := ReadEnv(conf); env.Egress4.IsValid() || env.Egress6.IsValid() {
+		t.Errorf("egress IPs after the annotation went: %v %v", env.Egress4, env.Egress6)
 	}
-	if ReadEnv(conf).Egress4 != netip.MustParseAddr("203.0.113.10") {
-		t.Fatal("stale cache not used")
-	}
-	// Another node's cache does not count; with the API down that is error 11.
-	other := *conf
-	other.NodeName = "worker-2"
-	_, _, err = RefreshNodeEgress(context.Background(), &other, get, t0)
-	var te *types.Error
-	if !errors.As(err, &te) || te.Code != types.ErrTryAgainLater {
-		t.Fatalf("no cache for the node, API down: err %v, want CNI error 11", err)
-	}
-	// The annotation removed: egress.ips apply again, with a warning.
-	f.err, f.ann = nil, map[string]string{}
-	if _, _, err := RefreshNodeEgress(context.Background(), conf, get, t0.Add(2*CacheTTL)); err != nil {
-		t.Fatal(err)
-	}
-	env = ReadEnv(conf)
-	if env.Egress4 != netip.MustParseAddr("198.51.100.7") || env.Egress6.IsValid() || len(env.Warnings) != 1 {
-		t.Fatalf("annotation removed: env %+v", env)
-	}
-	// Off: never a call.
-	off := parse(t, `{"type":"podwire","egress":{"ips":["198.51.100.7"]}}`)
-	if fetched, _, err := RefreshNodeEgress(context.Background(), off, func() (NodeGetter, error) {
-		t.Fatal("getter built without nodeAnnotation")
-		return nil, nil
-	}, t0); fetched || err != nil {
-		t.Fatalf("off: fetched %v err %v", fetched, err)
+	off, _ := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire","stateDir":"` + t.TempDir() + `"}`))
+	if err := CheckNodeEgress(off); err != nil {
+		t.Errorf("without egress.nodeAnnotation: %v", err)
 	}
 }

@@ -177,7 +177,7 @@ func TestResolve(t *testing.T) {
 	if _, src, _ := Resolve(context.Background(), json.RawMessage("null"), id, f); src != SourceRuntime || f.calls != 0 {
 		t.Errorf("null capability: source %s, %d API calls", src, f.calls)
 	}
-	if ann, src, _ := Resolve(context.Background(), nil, id, f); src != SourceAPI || f.calls != 1 || ann[AnnotationForwarding] != "true" {
+	if ann, src, _ := Resolve(context.Background(), nil, id, f); src != SourceAgent || f.calls != 1 || ann[AnnotationForwarding] != "true" {
 		t.Errorf("no capability: source %s, %d API calls", src, f.calls)
 	}
 	if _, src, _ := Resolve(context.Background(), nil, Identity{}, f); src != SourceNone || f.calls != 1 {

@@ -8,15 +8,15 @@ import (
 // Source of the annotations a pod was resolved with, for logs and state.
 const (
 	SourceRuntime = "runtime" // the io.kubernetes.cri.pod-annotations capability
-	SourceAPI     = "api"     // one metadata-only GET of the pod
+	SourceAgent   = "agent"   // the node agent's answer over its unix socket
 	SourceNone    = "none"    // neither: the pod is treated as ordinary
 )
 
-// Fetcher reads a pod's annotations from the Kubernetes API. It is the seam
-// for the API fallback: used only when the runtime did not send the
-// annotations capability and a kubeconfig is configured. An implementation
-// must refuse a pod whose UID differs from id.UID (when set), bound its time,
-// and return CNI error 11 (try again later) when the API cannot answer.
+// Fetcher reads a pod's annotations from outside the runtime's request: the
+// node agent (AgentFetcher), used only when the runtime did not send the
+// annotations capability. An implementation must refuse a pod whose UID
+// differs from id.UID (when set), bound its time, and return CNI error 11
+// (try again later) when it cannot answer.
 type Fetcher interface {
 	PodAnnotations(ctx context.Context, id Identity) (map[string]string, error)
 }
@@ -36,5 +36,5 @@ func Resolve(ctx context.Context, raw json.RawMessage, id Identity, fetcher Fetc
 		return nil, SourceNone, nil
 	}
 	ann, err = fetcher.PodAnnotations(ctx, id)
-	return ann, SourceAPI, err
+	return ann, SourceAgent, err
 }

@@ -35,7 +35,7 @@ type Record struct {
 	PodNamespace string `json:"podNamespace,omitempty"`
 	PodName      string `json:"podName,omitempty"`
 	PodUID       string `json:"podUID,omitempty"`
-	// AnnotationSource is podmeta.SourceRuntime, SourceAPI or SourceNone.
+	// AnnotationSource is podmeta.SourceRuntime, SourceAgent or SourceNone.
 	AnnotationSource string `json:"annotationSource,omitempty"`
 
 	// HostIfName is the host side of the primary interface (the veth the

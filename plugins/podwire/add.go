@@ -14,12 +14,9 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// apiTimeout bounds the API fallback for pod annotations.
-const apiTimeout = 5 * time.Second
-
-// newFetcher builds the API fallback for a kubeconfig; set by the file that
-// implements it, nil means no fallback.
-var newFetcher func(kubeconfig string) (podmeta.Fetcher, error)
+// agentTimeout bounds the wait for the node agent's answer (it may be
+// restarting); then ADD fails with CNI error 11, try again later.
+const agentTimeout = 5 * time.Second
 
 func cmdAdd(args *skel.CmdArgs) error {
 	a, err := newAttachment(args, "ADD")
@@ -103,19 +100,12 @@ func cmdAdd(args *skel.CmdArgs) error {
 	return types.PrintResult(a.res, a.conf.CNIVersion)
 }
 
-// resolveAnnotations reads the pod's annotations, from the runtime or the API.
+// resolveAnnotations reads the pod's annotations, from the runtime or the
+// node agent.
 func (a *attachment) resolveAnnotations() error {
-	var fetcher podmeta.Fetcher
-	if a.conf.Kubeconfig != "" && newFetcher != nil {
-		f, err := newFetcher(a.conf.Kubeconfig)
-		if err != nil {
-			return types.NewError(types.ErrTryAgainLater, "failed to set up the Kubernetes API client", err.Error())
-		}
-		fetcher = f
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 	defer cancel()
-	raw, source, err := podmeta.Resolve(ctx, a.conf.RuntimeConfig.PodAnnotations, a.pod, fetcher)
+	raw, source, err := podmeta.Resolve(ctx, a.conf.RuntimeConfig.PodAnnotations, a.pod, podmeta.AgentFetcher{Socket: a.conf.AgentSocket})
 	if err != nil {
 		return err
 	}

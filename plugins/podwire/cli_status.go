@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -9,11 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
@@ -37,6 +40,9 @@ type nodeStatus struct {
 	Uplink      *linkStatus        `json:"uplink,omitempty"`
 	Attachments []attachmentStatus `json:"attachments"`
 	Warnings    []string           `json:"warnings"`
+	// Agent is the node agent's own state, asked over agentSocket; nil
+	// when no agent answered (a node without the DaemonSet).
+	Agent *agentapi.Status `json:"agent,omitempty"`
 }
 
 // tableStatus is one podwire nftables table: wanted by the config and/or
@@ -177,6 +183,11 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 		st.Warnings = append(st.Warnings, "STATUS fails (error 50), no pod can be added: "+u)
 	}
 	st.Warnings = append(st.Warnings, h.Warnings...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if resp, err := agentapi.Call(ctx, conf.AgentSocket, agentapi.Request{Op: agentapi.OpStatus}); err == nil {
+		st.Agent = resp.Status
+	}
 	return st, nil
 }
 
@@ -275,7 +286,17 @@ func (st *nodeStatus) print(w io.Writer) {
 	if st.Conflist != "" {
 		fmt.Fprintf(w, "conflist:  %s\n", st.Conflist)
 	}
-	fmt.Fprintf(w, "state dir: %s\n\ntables:\n", st.StateDir)
+	fmt.Fprintf(w, "state dir: %s\n", st.StateDir)
+	if a := st.Agent; a != nil {
+		fmt.Fprintf(w, "agent:     node %s, ready %v, chain %s (%s), %d restores, %d table repairs, %d pods cached, egress-ip %q\n",
+			a.Node, a.Ready, a.Conflist, a.Mode, a.Restores, a.Repairs, a.PodsCached, a.EgressIPs)
+		for _, e := range a.Errors {
+			fmt.Fprintf(w, "  agent error: %s\n", e)
+		}
+	} else {
+		fmt.Fprintln(w, "agent:     none answering (no DaemonSet on this node)")
+	}
+	fmt.Fprintf(w, "\ntables:\n")
 	if len(st.Tables) == 0 {
 		fmt.Fprintln(w, "  (none wanted by the config)")
 	}

@@ -1,40 +1,23 @@
 package main
 
 import (
-	"context"
-	"time"
-
 	"github.com/podwire/podwire/pkg/nodetables"
 )
 
 // nodeTablesStep owns the node-wide tables: load-balancer probe SNAT and
-// egress IPs (pkg/nodetables). The tables are laid down and repaired by
-// ensureTables like every owner's; per pod there are only the egress source
-// elements, added and removed with every step's elements.
+// egress IPs (pkg/nodetables). The tables and the per-pod egress source
+// elements are pkg/ruleset's, laid down and repaired by ensureTables and
+// added and removed with the attachment's elements.
 type nodeTablesStep struct{}
 
 func (nodeTablesStep) name() string { return "nodetables" }
 
 // plan marks the pod as an egress source and, with egress.nodeAnnotation,
-// refreshes the cached node annotation (an API call only when the cache is
-// older than nodetables.CacheTTL): the tables are built from the cache.
+// makes sure the node agent has written the node's annotation into stateDir
+// (CNI error 11 until it has): the tables are built from that file.
 func (nodeTablesStep) plan(a *attachment) error {
 	a.rec.Egress = a.conf.EgressEnabled()
-	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-	defer cancel()
-	fetched, warn, err := nodetables.RefreshNodeEgress(ctx, a.conf, func() (nodetables.NodeGetter, error) {
-		return nodetables.NewNodeGetter(a.conf.Kubeconfig, apiTimeout)
-	}, time.Now())
-	if err != nil {
-		return err
-	}
-	if warn != "" {
-		a.log.Warn(warn)
-	}
-	if fetched {
-		a.log.Info("node annotation " + nodetables.EgressAnnotation + " read from the API")
-	}
-	return nil
+	return nodetables.CheckNodeEgress(a.conf)
 }
 
 // add logs what stops the tables from doing their job (an egress IP not on
@@ -49,9 +32,9 @@ func (nodeTablesStep) add(a *attachment) error {
 	return nil
 }
 
-// del: the elements go with every step's elements in teardown; the tables
-// are node-wide and stay.
+// del: the elements go with the attachment's elements in teardown; the
+// tables are node-wide and stay.
 func (nodeTablesStep) del(*attachment) error { return nil }
 
-// check: CHECK verifies the tables and elements for every owner.
+// check: CHECK verifies the tables and elements.
 func (nodeTablesStep) check(*attachment) error { return nil }

@@ -1,0 +1,89 @@
+// Command podwire-agent is podwire's node agent, run on every node by the
+// DaemonSet of deploy/ (see pkg/agent). It lives in cmd/ rather than
+// plugins/: plugins/ holds what a runtime execs (as in
+// containernetworking/plugins), and the agent is a long-running daemon, the
+// only podwire binary that links client-go.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podwire/podwire/pkg/agent"
+	"github.com/podwire/podwire/pkg/config"
+)
+
+// version is set at build time (-ldflags -X main.version=...).
+var version = "dev"
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("podwire-agent failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	node := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME from spec.nodeName)")
+	stateDir := flag.String("state-dir", config.DefaultStateDir, "podwire's stateDir (host path, mounted at the same path)")
+	confDir := flag.String("cni-conf-dir", "/etc/cni/net.d", "the host's CNI conf dir")
+	binDir := flag.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI bin dir")
+	plugin := flag.String("plugin", "/podwire", "the podwire plugin binary to install")
+	entry := flag.String("config", os.Getenv("PODWIRE_CONFIG"), "podwire's conflist entry as JSON (empty: keep the existing one or the default)")
+	mode := flag.String("mode", agent.ModeAuto, "how to keep podwire in the chain: auto (per primary), edit, derive")
+	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, tables, egress file)")
+	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println("podwire-agent", version)
+		return nil
+	}
+	if *node == "" {
+		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
+	}
+	var cfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("failed to load the API client config: %w", err)
+	}
+	cfg.UserAgent = "podwire-agent/" + version
+	cfg.Timeout = 10 * time.Second
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	core, err := v1.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	var e []byte
+	if *entry != "" {
+		e = []byte(*entry)
+	}
+	a := agent.New(agent.Config{
+		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, Version: version,
+		Chain: agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+	}, md, core, log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return a.Run(ctx)
+}

@@ -1,0 +1,20 @@
+// Package cnitest is the one harness of podwire's root test suites: the
+// integration suite (integration/), the VM suite (integration/vm), the CRI
+// suite (integration/cri) and the benchmark (integration/bench) all make
+// their network namespaces, chains and runtime configs here.
+//
+// Two layers:
+//   - error-returning building blocks that need no *testing.T, for the
+//     benchmark: NewNS and ReleaseNS, Chain (ptp + host-local, then chained
+//     entries, as a conflist), PodArgs (what a CRI runtime sends), Client
+//     (libcni verbs run inside a node netns) and Attach (ADD, and DEL after a
+//     failed ADD as a runtime does);
+//   - Node and Pod for tests, on top of them: a node netns per test, a pod
+//     netns per pod, everything released in t.Cleanup.
+//
+// Nothing here calls t.Fatal or t.FailNow except the Must* helpers and
+// NewNode, which are for the test goroutine only; everything else returns
+// errors, so that tests may call it from goroutines and report after Wait.
+//
+// Nothing here touches the host's own netns, links, ruleset or sysctls.
+package cnitest

@@ -1,0 +1,332 @@
+// Package agent is podwire's node agent (cmd/podwire-agent), run by the
+// DaemonSet of deploy/ on every node. It is the only part of podwire that
+// talks to the Kubernetes API (client-go, metadata-only informers). It:
+//
+//   - installs the plugin binary and keeps podwire's entry in the node's CNI
+//     chain (Chain), restoring it within seconds of a primary's rewrite;
+//   - serves pod annotations to the plugin over a unix socket in stateDir
+//     (Pods, pkg/agentapi), for runtimes that do not send the capability;
+//   - writes the node's egress annotation into stateDir (Node);
+//   - repairs drift of podwire's nftables tables every few seconds and
+//     records each repair in its log and as an Event on the Node;
+//   - reports its health on a localhost HTTP port (/healthz, /readyz).
+//
+// Limits: stopping the agent changes nothing on the node. The plugin's DEL
+// works from the records in stateDir and never asks the agent, so pods wired
+// before keep being deletable after the DaemonSet is gone.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+
+	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/config"
+)
+
+// Config is what the agent works on.
+type Config struct {
+	Node     string
+	StateDir string
+	// Socket is the unix socket the plugin asks (default StateDir/agent.sock).
+	Socket string
+	Chain  Chain
+	// Interval is the period of the drift check of the chain, the tables
+	// and the egress file (default 3 s; repairs are due within 10 s).
+	Interval time.Duration
+	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
+	HealthAddr string
+	Version    string
+}
+
+// Agent runs the agent's loops; build it with New.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	pods   *Pods
+	node   *Node
+	events corev1client.EventsGetter
+
+	mu     sync.Mutex
+	status agentapi.Status
+	ticked time.Time
+	errs   map[string]string
+}
+
+// New builds an agent from API clients (in-cluster in cmd/podwire-agent,
+// fakes in tests). events may be nil (no Events recorded).
+func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, log *slog.Logger) *Agent {
+	if cfg.Socket == "" {
+		cfg.Socket = filepath.Join(cfg.StateDir, config.AgentSocketName)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 3 * time.Second
+	}
+	return &Agent{
+		cfg: cfg, log: log, events: events,
+		pods:   NewPods(md, cfg.Node, 10*time.Minute),
+		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
+		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
+		errs:   map[string]string{},
+	}
+}
+
+// Run runs the agent until ctx ends: the chain first (the binary and the
+// entry), then the informers, the socket, the conf dir watch, the drift loop
+// and the health server.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
+	}
+	a.syncChain(ctx)
+	go a.pods.Run(ctx)
+	go a.node.Run(ctx)
+
+	ln, err := a.listen()
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := agentapi.Serve(ctx, ln, 10*time.Second, a.handle); err != nil {
+			a.log.Error("socket server stopped", "error", err)
+		}
+	}()
+	if a.cfg.HealthAddr != "" {
+		if err := a.serveHealth(ctx); err != nil {
+			return err
+		}
+	}
+	watch, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("failed to watch CNI conf dir: %w", err)
+	}
+	defer watch.Close()
+	if err := os.MkdirAll(a.cfg.Chain.ConfDir, 0o755); err != nil {
+		return fmt.Errorf("failed to create CNI conf dir %q: %w", a.cfg.Chain.ConfDir, err)
+	}
+	if err := watch.Add(a.cfg.Chain.ConfDir); err != nil {
+		return fmt.Errorf("failed to watch CNI conf dir %q: %w", a.cfg.Chain.ConfDir, err)
+	}
+	a.log.Info("agent running", "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	// A primary's installer writes in several steps (temporary file,
+	// rename): settle briefly after a burst of events.
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-watch.Events:
+			if filepath.Ext(ev.Name) != ".tmp" {
+				settle = time.After(200 * time.Millisecond)
+			}
+		case err := <-watch.Errors:
+			a.log.Warn("conf dir watch", "error", err)
+		case <-settle:
+			settle = nil
+			a.syncChain(ctx)
+		case <-tick.C:
+			a.syncChain(ctx)
+			a.syncEgress()
+			a.repair(ctx)
+			a.mu.Lock()
+			a.ticked = time.Now()
+			a.mu.Unlock()
+		}
+	}
+}
+
+// listen opens the socket the plugin asks, root only (0600).
+func (a *Agent) listen() (net.Listener, error) {
+	if err := os.Remove(a.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("failed to remove stale socket %q: %w", a.cfg.Socket, err)
+	}
+	ln, err := net.Listen("unix", a.cfg.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %q: %w", a.cfg.Socket, err)
+	}
+	if err := os.Chmod(a.cfg.Socket, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("failed to restrict %q: %w", a.cfg.Socket, err)
+	}
+	return ln, nil
+}
+
+// handle answers one request of the plugin.
+func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Response {
+	switch req.Op {
+	case agentapi.OpPod:
+		resp := a.pods.Annotations(ctx, req.Namespace, req.Name, req.UID)
+		a.log.Info("pod annotations asked", "pod", req.Namespace+"/"+req.Name, "uid", req.UID,
+			"source", resp.Source, "code", resp.Code, "error", resp.Error)
+		return resp
+	case agentapi.OpStatus:
+		st := a.Status()
+		return &agentapi.Response{Status: &st}
+	default:
+		return &agentapi.Response{Code: 4, Error: fmt.Sprintf("unknown op %q", req.Op)}
+	}
+}
+
+// Status is the agent's state now.
+func (a *Agent) Status() agentapi.Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.status
+	st.PodsCached = a.pods.Cached()
+	st.Ready = a.readyLocked() == nil
+	st.Errors = nil
+	for k, v := range a.errs {
+		st.Errors = append(st.Errors, k+": "+v)
+	}
+	return st
+}
+
+// setErr records (err non-nil) or clears the error of one concern, logging
+// changes only.
+func (a *Agent) setErr(what string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old, had := a.errs[what]
+	switch {
+	case err != nil && old != err.Error():
+		a.errs[what] = err.Error()
+		a.log.Error(what+" failed", "error", err)
+	case err == nil && had:
+		delete(a.errs, what)
+		a.log.Info(what + " recovered")
+	}
+}
+
+// syncChain installs the binary and puts podwire's entry back in the chain;
+// a restore after the first sync is logged and recorded on the Node.
+func (a *Agent) syncChain(ctx context.Context) {
+	res, err := a.cfg.Chain.Sync()
+	a.setErr("chain", err)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	first := a.status.Conflist == ""
+	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
+	if res.ConflistChanged && !first {
+		a.status.Restores++
+	}
+	a.mu.Unlock()
+	if res.BinaryChanged {
+		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
+	}
+	if !res.ConflistChanged {
+		return
+	}
+	if first {
+		a.log.Info("podwire put in the chain", "conflist", res.Conflist, "primary", res.Primary, "mode", res.Mode)
+		return
+	}
+	msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
+	a.log.Warn(msg)
+	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonChainRestored, msg, time.Now()); err != nil {
+		a.log.Warn("failed to record the Event", "error", err)
+	}
+}
+
+// syncEgress writes the node's egress annotation when it changed.
+func (a *Agent) syncEgress() {
+	v, changed, err := a.node.WriteEgress(time.Now())
+	a.setErr("egress annotation", err)
+	if changed {
+		a.log.Info("node egress annotation written", "value", v)
+	}
+	a.mu.Lock()
+	a.status.EgressIPs = v
+	a.mu.Unlock()
+}
+
+// repair verifies podwire's tables and repairs drift (repairTables); each
+// repair is logged and recorded as an Event on the Node.
+func (a *Agent) repair(ctx context.Context) {
+	a.mu.Lock()
+	conflist := a.status.Conflist
+	a.mu.Unlock()
+	if conflist == "" {
+		return // not in the chain yet: nothing says what the tables are
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	repaired, tables, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist)
+	a.setErr("table repair", err)
+	if err != nil || !repaired {
+		return
+	}
+	now := time.Now()
+	a.mu.Lock()
+	a.status.Repairs++
+	a.status.LastRepair = now.UTC()
+	a.mu.Unlock()
+	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were rebuilt: %v", tables)
+	a.log.Warn(msg)
+	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
+		a.log.Warn("failed to record the Event", "error", err)
+	}
+}
+
+// readyLocked is nil when the agent can do its job: the informers have
+// listed once and podwire is in the chain.
+func (a *Agent) readyLocked() error {
+	switch {
+	case !a.pods.Synced():
+		return errors.New("pod informer not synced")
+	case !a.node.Synced():
+		return errors.New("node informer not synced")
+	case a.status.Conflist == "":
+		return errors.New("podwire not in the chain yet")
+	}
+	return nil
+}
+
+// serveHealth serves /healthz (the drift loop ticked recently) and /readyz
+// (readyLocked) for the DaemonSet's probes.
+func (a *Agent) serveHealth(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.cfg.HealthAddr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", a.cfg.HealthAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		last, started := a.ticked, a.status.Started
+		a.mu.Unlock()
+		if time.Since(started) > 10*a.cfg.Interval+time.Minute && time.Since(last) > 10*a.cfg.Interval {
+			http.Error(w, fmt.Sprintf("drift loop stuck since %s", last.Format(time.RFC3339)), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		a.mu.Lock()
+		err := a.readyLocked()
+		a.mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}

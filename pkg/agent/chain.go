@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/podwire/podwire/pkg/install"
+)
+
+// How the agent keeps podwire in the node's chain.
+const (
+	// ModeEdit appends podwire to the primary's own conflist (pkg/install):
+	// for primaries whose installer writes the file once and leaves it
+	// (flannel's install-cni init container, Calico's install-cni, ptp,
+	// bridge). The agent restores the entry after each rewrite; the primary
+	// does not watch its file, so there is no fight.
+	ModeEdit = "edit"
+	// ModeDerive writes a conflist of the agent's own (DerivedName), the
+	// primary's conflist plus podwire, sorting before the primary's: for
+	// primaries whose agent watches its own file and rewrites it on any
+	// change (Cilium's CNI config manager, cilium/cilium#26773), which an
+	// edit would fight. Cilium's chaining mode works the same way.
+	ModeDerive = "derive"
+	// ModeAuto chooses per primary with ModeFor.
+	ModeAuto = "auto"
+)
+
+// DerivedName is the agent's own conflist in ModeDerive: "00-" sorts before
+// every primary's file (05-cilium.conflist, 10-calico.conflist, ...), and a
+// runtime uses the first conflist of the conf dir.
+const DerivedName = "00-podwire.conflist"
+
+// ModeFor is the per-primary choice of ModeAuto, from the type of the
+// primary's first plugin.
+func ModeFor(primaryType string) string {
+	switch primaryType {
+	case "cilium-cni":
+		return ModeDerive
+	default:
+		return ModeEdit
+	}
+}
+
+// Chain keeps the plugin binary in the CNI bin dir and podwire's entry in
+// the chain of the node's network (the first conflist of ConfDir, the one
+// a runtime uses).
+type Chain struct {
+	ConfDir string
+	BinDir  string
+	// Plugin is the podwire binary to install (in the agent's image).
+	Plugin string
+	// Entry is podwire's entry as JSON; nil keeps an existing entry or adds
+	// install.DefaultEntry.
+	Entry []byte
+	// Mode is ModeAuto, ModeEdit or ModeDerive.
+	Mode string
+}
+
+// SyncResult says what Sync found and did.
+type SyncResult struct {
+	// Primary is the primary's conflist; Conflist the file holding podwire.
+	Primary  string
+	Conflist string
+	Mode     string
+	// BinaryChanged and ConflistChanged are true when a file was written.
+	BinaryChanged   bool
+	ConflistChanged bool
+}
+
+// Sync installs the binary (first: a conflist naming podwire must never
+// precede it), then puts podwire's entry in the chain. It is idempotent and
+// writes nothing when both are in place.
+func (c *Chain) Sync() (*SyncResult, error) {
+	res := &SyncResult{}
+	var err error
+	if c.BinDir != "" && c.Plugin != "" {
+		if _, res.BinaryChanged, err = install.InstallBinary(c.Plugin, c.BinDir); err != nil {
+			return res, err
+		}
+	}
+	primary, typ, err := c.primary()
+	if err != nil {
+		return res, err
+	}
+	res.Primary, res.Mode = primary, c.Mode
+	if res.Mode == "" || res.Mode == ModeAuto {
+		res.Mode = ModeFor(typ)
+		if filepath.Ext(primary) != ".conflist" {
+			// A single-plugin .conf cannot hold a chain; converting it
+			// would rename the primary's file under its installer.
+			res.Mode = ModeDerive
+		}
+	}
+	derived := filepath.Join(c.ConfDir, DerivedName)
+	switch res.Mode {
+	case ModeDerive:
+		res.Conflist = derived
+		res.ConflistChanged, err = install.Derive(primary, derived, c.Entry)
+		return res, err
+	case ModeEdit:
+		r, err := install.Install(install.Options{Conflist: primary, Config: c.Entry})
+		if err != nil {
+			return res, err
+		}
+		res.Conflist, res.ConflistChanged = r.Conflist, r.ConflistChanged
+		// A derived conflist of an earlier mode would shadow the primary's.
+		if err := os.Remove(derived); err == nil {
+			res.ConflistChanged = true
+		}
+		return res, nil
+	default:
+		return res, fmt.Errorf("unknown chain mode %q (want %s, %s or %s)", res.Mode, ModeAuto, ModeEdit, ModeDerive)
+	}
+}
+
+// primary returns the first conflist of the conf dir other than ours, in
+// libcni's order, and the type of its first plugin.
+func (c *Chain) primary() (path, typ string, err error) {
+	files, err := libcni.ConfFiles(c.ConfDir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return "", "", fmt.Errorf("failed to list CNI conf dir %q: %w", c.ConfDir, err)
+	}
+	for _, f := range files {
+		if filepath.Base(f) == DerivedName {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // vanished between the listing and the read
+		}
+		var conf struct {
+			Type    string `json:"type"`
+			Plugins []struct {
+				Type string `json:"type"`
+			} `json:"plugins"`
+		}
+		if json.Unmarshal(data, &conf) != nil {
+			continue // being written, or not ours to judge: libcni skips it too
+		}
+		if len(conf.Plugins) > 0 {
+			return f, conf.Plugins[0].Type, nil
+		}
+		if conf.Type != "" {
+			return f, conf.Type, nil
+		}
+	}
+	return "", "", fmt.Errorf("no primary CNI conflist in %q yet", c.ConfDir)
+}

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// repairTables is the one place the agent verifies and repairs podwire's
+// node tables. It runs the installed plugin's `podwire repair`, which is
+// ADD's own verify and apply (nft.Ensure with every step's tables and every
+// record's elements, under the node lock): the repair is exactly what the
+// next ADD would do, by the binary the runtime runs. When the Verify/Repair
+// API of pkg/nft lands, this body becomes one call to it.
+func repairTables(ctx context.Context, plugin, conflist string) (repaired bool, tables []string, err error) {
+	cmd := exec.CommandContext(ctx, plugin, "repair", "--conflist", conflist)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return false, nil, fmt.Errorf("%s repair: %v: %s", plugin, err, strings.TrimSpace(stderr.String()))
+	}
+	var res struct {
+		Repaired bool     `json:"repaired"`
+		Tables   []string `json:"tables"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return false, nil, fmt.Errorf("%s repair: bad output %q: %w", plugin, out, err)
+	}
+	return res.Repaired, res.Tables, nil
+}
+
+// Event reasons the agent records on its Node.
+const (
+	ReasonTablesRepaired = "PodwireTablesRepaired"
+	ReasonChainRestored  = "PodwireChainRestored"
+)
+
+// eventNamespace holds Node events, as the kubelet's.
+const eventNamespace = metav1.NamespaceDefault
+
+// recordEvent creates one Event on the node (RBAC: create events, nothing
+// more; so no aggregation, which would PATCH).
+func recordEvent(ctx context.Context, events corev1client.EventsGetter, node, nodeUID, reason, msg string, now time.Time) error {
+	if events == nil {
+		return nil
+	}
+	if nodeUID == "" {
+		nodeUID = node // the kubelet's own convention for Node events
+	}
+	t := metav1.NewTime(now)
+	_, err := events.Events(eventNamespace).Create(ctx, &corev1.Event{
+		// Named as the kubelet names its events: object name, unique suffix.
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", node, now.UnixNano()), Namespace: eventNamespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Node", Name: node, UID: ktypes.UID(nodeUID),
+		},
+		Reason: reason, Message: msg, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: "podwire-agent", Host: node},
+		FirstTimestamp: t, LastTimestamp: t, Count: 1,
+		ReportingController: "podwire.io/agent", ReportingInstance: node,
+	}, metav1.CreateOptions{})
+	return err
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/google/nftables"
+
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/ruleset"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+func init() {
+	cliCommands["repair"] = cliCommand{"verify podwire's node tables and rebuild what drifted (the node agent runs it)", cliRepair}
+}
+
+// repairResult is what `podwire repair --json` prints.
+type repairResult struct {
+	Conflist string   `json:"conflist,omitempty"`
+	Repaired bool     `json:"repaired"`
+	Tables   []string `json:"tables"`
+	// Drift names what differed before the repair; MissingElements counts
+	// the records' set elements that were re-added.
+	Drift           []string `json:"drift,omitempty"`
+	MissingElements int      `json:"missingElements,omitempty"`
+}
+
+// cliRepair implements
+//
+//	podwire repair [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE]
+//
+// It runs ruleset.Repair, ADD's verify and apply of the node tables plus the
+// element-level verify of every record, without a pod: the node agent calls it every few seconds, so drift is repaired
+// without waiting for the next ADD. It prints JSON and exits 0 when the
+// tables are current (repaired or not), 1 otherwise.
+func cliRepair(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("podwire repair", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	confDir := fs.String("conf-dir", "/etc/cni/net.d", "CNI conf dir searched (in the runtime's order) for the conflist holding podwire")
+	conflist := fs.String("conflist", "", "conflist holding the podwire entry (default: the first in --conf-dir)")
+	cfg := fs.String("config", "", "podwire config as JSON or @FILE instead of a conflist's entry")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return 2
+	}
+	entry, from, warn, err := findEntry(*confDir, *conflist, *cfg)
+	if err == nil && warn != "" {
+		err = fmt.Errorf("%s", warn)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: %v\n", err)
+		return 1
+	}
+	conf, err := parseEntry(entry)
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: %s: %v\n", from, err)
+		return 1
+	}
+	res := repairResult{Conflist: from, Tables: []string{}}
+	env := nodetables.ReadEnv(conf)
+	want := ruleset.Tables(conf, env)
+	for _, t := range want {
+		res.Tables = append(res.Tables, t.ID().String())
+	}
+	c, err := nftables.New(nft.BatchBuffer())
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: nftables unusable: %v\n", err)
+		return 1
+	}
+	// ruleset.Repair: the tables by content (rebuilt under the node lock
+	// when they drifted, obsolete ones deleted), then every record's
+	// elements, missing ones re-added.
+	rep, missing, err := ruleset.Repair(c, conf, env, state.New(conf.StateDir))
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: %v\n", err)
+		return 1
+	}
+	res.Repaired = rep.Changed() || missing > 0
+	res.Drift, res.MissingElements = rep.Drift, missing
+	if res.Repaired {
+		newLogger(conf).With("verb", "repair").Info("node tables repaired",
+			"drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted, "missingElements", missing)
+	}
+	return printJSON(stdout, stderr, res)
+}
