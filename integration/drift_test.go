@@ -3,16 +3,20 @@ package integration
 import (
 	"context"
 	"encoding/hex"
+	"net/netip"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
 // driftConf is relConf with egress SNAT on, so that a second podwire table
@@ -199,7 +203,8 @@ func TestDriftHostVethDeleted(t *testing.T) {
 // TestDriftInsideTable: the table is there but its content drifted: one
 // pod element deleted, or the source-check chain's rules flushed (which
 // would silently turn the check off). CHECK fails naming the set or the
-// chain. When the next ADD restores the rules, CHECK passes again.
+// chain. The next ADD restores the rules (the test fails if it does not),
+// and CHECK passes again.
 func TestDriftInsideTable(t *testing.T) {
 	n := newNode(t)
 	a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
@@ -235,18 +240,9 @@ func TestDriftInsideTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rules) == 0 {
-		// Known gap: ADD looks at chain names only (one netlink read), so a
-		// flushed chain is reported by CHECK but not repaired by ADD.
-		t.Logf("the ADD after the rules were flushed did not restore them (CHECK reports it)")
-		wantErrNaming(t, "CHECK of the new pod with the rules still flushed", b.p.check(), "filter-prerouting")
-		for _, rp := range []relPod{a, b} {
-			if err := rp.p.del(); err != nil {
-				t.Errorf("DEL of pod %d: %v", rp.i, err)
-			}
-		}
-		relAssertNode(t, n, nil, nil)
-		return
+	if len(rules) != len(sourcecheck.Table().Chains[0].Rules) {
+		t.Fatalf("the ADD after the rules were flushed left %d rules in filter-prerouting, want %d",
+			len(rules), len(sourcecheck.Table().Chains[0].Rules))
 	}
 	for _, rp := range []relPod{a, b} {
 		if err := rp.p.check(); err != nil {
@@ -264,4 +260,70 @@ func podwireCheck(p *pod) error {
 	return p.n.ns.Do(func(ns.NetNS) error {
 		return p.n.cni.CheckNetworkList(context.Background(), &list, p.rt)
 	})
+}
+
+// TestDriftRepairedByADD: the source check is switched off behind podwire's
+// back while its table stays (the chain flushed, its final drop rule
+// deleted, a foreign accept rule inserted at its top). Packets prove each
+// drift turned enforcement off (a spoofed source passes), and that the next
+// ADD of another pod, through libcni, turns it on again: the spoof is
+// dropped, the first pod's own traffic still passes (its elements were
+// re-added from its record) and its CHECK passes.
+func TestDriftRepairedByADD(t *testing.T) {
+	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"}
+	chain := &nftables.Chain{Table: tbl, Name: "filter-prerouting"}
+	for _, tc := range []struct {
+		name  string
+		drift func(t *testing.T, c *nftables.Conn)
+	}{
+		{"flush chain", func(t *testing.T, c *nftables.Conn) { c.FlushChain(chain) }},
+		{"delete the drop rule", func(t *testing.T, c *nftables.Conn) {
+			rules, err := c.GetRules(tbl, chain)
+			if err != nil || len(rules) == 0 {
+				t.Fatalf("rules of filter-prerouting: %d %v", len(rules), err)
+			}
+			if err := c.DelRule(rules[len(rules)-1]); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"foreign accept rule", func(t *testing.T, c *nftables.Conn) {
+			c.InsertRule(&nftables.Rule{Table: tbl, Chain: chain, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t)
+			be := n.newBackend()
+			srv := listenTCP(t, be.ns, "[::]:0")
+			dst := netip.AddrPortFrom(be.v4, srv.port())
+			p := n.mustAddPod(podSpec{})
+			if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.v4, dst, time.Second) }); err != nil {
+				t.Fatalf("pod's own traffic: %v", err)
+			}
+			spoof := spoofSetup(t, n, p, false)
+			if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil {
+				t.Fatalf("spoofed source %s passed before any drift", spoof)
+			}
+
+			c := n.nftConn()
+			tc.drift(t, c)
+			if err := c.Flush(); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if err := dialTCP(p.ns, spoof, dst, time.Second); err != nil {
+				t.Fatalf("after %s the spoof is still dropped (%v): the drift did not turn the check off, so this test proves nothing", tc.name, err)
+			}
+			wantErrNaming(t, "CHECK after "+tc.name, p.check(), "inet podwire", "filter-prerouting")
+
+			n.mustAddPod(podSpec{})
+			if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil {
+				t.Fatalf("after %s and another ADD the spoofed source %s passes: the ADD did not repair the source check", tc.name, spoof)
+			}
+			if err := dialTCP(p.ns, p.v4, dst, time.Second); err != nil {
+				t.Errorf("after the repair the pod's own traffic from %s: %v", p.v4, err)
+			}
+			if err := p.check(); err != nil {
+				t.Errorf("CHECK after the repair: %v", err)
+			}
+		})
+	}
 }

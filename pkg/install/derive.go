@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // InstallBinary copies the executable src into binDir as podwire, atomically
@@ -38,7 +40,7 @@ func Derive(primary, derived string, entry []byte) (changed bool, err error) {
 	if old, err := os.ReadFile(derived); err == nil && bytes.Equal(old, out) {
 		return false, nil
 	}
-	return true, writeFileAtomic(derived, out, 0o644)
+	return true, atomicfile.WriteFile(derived, out, 0o644)
 }
 
 // isConflist reports whether data has a "plugins" list (not a single .conf).

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // Options says what Install and Uninstall work on.
@@ -91,7 +93,7 @@ func Install(o Options) (*Result, error) {
 	if convertFrom != "" {
 		// The new conflist first: until the .conf is moved away it sorts
 		// first in the conf dir and stays the runtime's choice.
-		if err := writeFileAtomic(res.Conflist, out, 0o644); err != nil {
+		if err := atomicfile.WriteFile(res.Conflist, out, 0o644); err != nil {
 			return nil, err
 		}
 		res.Backup = convertFrom + BackupSuffix
@@ -99,7 +101,7 @@ func Install(o Options) (*Result, error) {
 			return nil, fmt.Errorf("failed to move converted %q to %q: %w", convertFrom, res.Backup, err)
 		}
 		res.ConflistChanged = true
-		return res, syncDir(filepath.Dir(convertFrom))
+		return res, atomicfile.SyncDir(filepath.Dir(convertFrom))
 	}
 	if res.Backup, err = replaceWithBackup(o.Conflist, out); err != nil {
 		return nil, err

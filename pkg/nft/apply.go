@@ -3,15 +3,17 @@ package nft
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 
 	"github.com/google/nftables"
 )
 
 // Conn is the part of *nftables.Conn podwire uses: the seam through which
-// rule generation is tested without root (nftables.WithTestDial).
+// rule generation is tested without root (nftables.WithTestDial). Every read
+// names podwire's own objects: a table and a chain by name, the rules of
+// one chain, the sets of one table. Nothing dumps the node's whole ruleset.
 type Conn interface {
+	Reader
 	AddTable(*nftables.Table) *nftables.Table
 	DelTable(*nftables.Table)
 	AddChain(*nftables.Chain) *nftables.Chain
@@ -19,69 +21,13 @@ type Conn interface {
 	AddSet(*nftables.Set, []nftables.SetElement) error
 	SetAddElements(*nftables.Set, []nftables.SetElement) error
 	SetDeleteElements(*nftables.Set, []nftables.SetElement) error
-	ListChains() ([]*nftables.Chain, error)
-	ListTables() ([]*nftables.Table, error)
 	Flush() error
-	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
+	// ListTables dumps the tables (not chains) of every family: STATUS
+	// probes whether nftables is usable with it.
+	ListTables() ([]*nftables.Table, error)
 }
 
 var _ Conn = (*nftables.Conn)(nil)
-
-// Present is what one chain dump says of podwire's tables: for each table
-// present, the names of its chains.
-type Present map[ID]map[string]bool
-
-// ReadPresent lists the chains of every podwire table with one netlink dump.
-func ReadPresent(c Conn) (Present, error) {
-	chains, err := c.ListChains()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list nftables chains: %w", err)
-	}
-	p := Present{}
-	for _, ch := range chains {
-		if ch.Table == nil || !strings.HasPrefix(ch.Table.Name, OwnerPrefix) {
-			continue
-		}
-		id := ID{ch.Table.Family, ch.Table.Name}
-		if p[id] == nil {
-			p[id] = map[string]bool{}
-		}
-		p[id][ch.Name] = true
-	}
-	return p, nil
-}
-
-// Current reports whether t is present with its hash and all its chains.
-func (p Present) Current(t *Table) bool {
-	chains := p[t.ID()]
-	if !chains[t.MarkerChain()] {
-		return false
-	}
-	for _, c := range t.Chains {
-		if !chains[c.Name] {
-			return false
-		}
-	}
-	return true
-}
-
-// Stale returns the tables of want that are not current, and the podwire
-// tables present that want no longer has (to delete).
-func (p Present) Stale(want []*Table) (stale []*Table, obsolete []ID) {
-	wanted := map[ID]bool{}
-	for _, t := range want {
-		wanted[t.ID()] = true
-		if !p.Current(t) {
-			stale = append(stale, t)
-		}
-	}
-	for id := range p {
-		if !wanted[id] {
-			obsolete = append(obsolete, id)
-		}
-	}
-	return stale, obsolete
-}
 
 // Build queues, into c's batch, the replacement of table t: created if
 // absent, deleted, and created anew with its sets (holding elems), chains,
@@ -96,17 +42,8 @@ func Build(c Conn, t *Table, elems map[string][]nftables.SetElement) error {
 	c.AddTable(nt)
 	c.DelTable(nt)
 	c.AddTable(nt)
-	sets := make(map[string]*nftables.Set, len(t.Sets))
 	for _, s := range t.Sets {
-		ns := &nftables.Set{
-			Table:         nt,
-			Name:          s.Name,
-			KeyType:       s.KeyType,
-			Interval:      s.Interval,
-			Concatenation: s.Concatenation,
-			Comment:       s.Comment,
-			KeyByteOrder:  s.KeyByteOrder,
-		}
+		ns := s.nfSet(nt)
 		if err := c.AddSet(ns, nil); err != nil {
 			return fmt.Errorf("failed to add set %s to %s: %w", s.Name, t.ID(), err)
 		}
@@ -116,71 +53,101 @@ func Build(c Conn, t *Table, elems map[string][]nftables.SetElement) error {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", s.Name, t.ID(), err)
 			}
 		}
-		sets[s.Name] = ns
 	}
 	for _, ch := range t.Chains {
-		nc := c.AddChain(&nftables.Chain{
-			Name:     ch.Name,
-			Table:    nt,
-			Type:     ch.Type,
-			Hooknum:  ch.Hook,
-			Priority: ch.Priority,
-			Policy:   ch.Policy,
-		})
+		nc := c.AddChain(ch.nfChain(nt))
 		for _, r := range ch.Rules {
-			c.AddRule(&nftables.Rule{Table: nt, Chain: nc, Exprs: r(sets)})
+			c.AddRule(&nftables.Rule{Table: nt, Chain: nc, Exprs: r.Exprs(t.Family)})
 		}
 	}
 	c.AddChain(&nftables.Chain{Name: t.MarkerChain(), Table: nt})
 	return nil
 }
 
-// Delete queues the deletion of a table known to be present.
-func Delete(c Conn, id ID) {
-	c.DelTable(&nftables.Table{Family: id.Family, Name: id.Name})
+func (ch Chain) nfChain(t *nftables.Table) *nftables.Chain {
+	nc := &nftables.Chain{Name: ch.Name, Table: t}
+	if ch.Hook != nil {
+		accept := nftables.ChainPolicyAccept
+		nc.Type, nc.Hooknum, nc.Priority, nc.Policy = ch.Type, ch.Hook, ch.Priority, &accept
+	}
+	return nc
 }
 
-// Ensure makes the podwire tables match want, touching nothing when they do
-// (the common case: one chain dump). Otherwise it takes the node lock, reads
-// again, and rebuilds the stale tables and deletes the obsolete ones in one
+// Report says what Ensure found and did.
+type Report struct {
+	// Drift names what differed, per table ("inet podwire: chain
+	// filter-prerouting has 0 rules, want 8"), before the repair.
+	Drift []string
+	// Rebuilt and Deleted are the tables rebuilt and the obsolete ones
+	// deleted.
+	Rebuilt, Deleted []ID
+}
+
+// Changed reports whether Ensure changed anything.
+func (r Report) Changed() bool { return len(r.Rebuilt)+len(r.Deleted) > 0 }
+
+// Ensure makes podwire's tables match want, touching nothing when they do
+// (the common case: Verify of each table, a few netlink reads per chain,
+// none of them proportional to the pods or to other owners' rulesets).
+// Tables of known that want does not hold are obsolete and deleted when
+// present. When anything differs it takes the node lock, verifies again,
+// and rebuilds the differing tables and deletes the obsolete ones in one
 // atomic batch; elems supplies every attachment's set elements, read under
-// the lock. It reports whether it changed anything.
-func Ensure(c Conn, want []*Table, lock func() (func(), error), elems func() (Elements, error)) (bool, error) {
-	p, err := ReadPresent(c)
-	if err != nil {
-		return false, err
-	}
-	if stale, obsolete := p.Stale(want); len(stale) == 0 && len(obsolete) == 0 {
-		return false, nil
+// the lock.
+//
+// Ensure verifies chains, rules, sets and static elements; the per-pod
+// elements of a table that is current are not read (CheckElements does it
+// for one pod, VerifyElements for all).
+func Ensure(c Conn, want []*Table, known []ID, lock func() (func(), error), elems func() (Elements, error)) (Report, error) {
+	stale, obsolete, drift, err := diff(c, want, known)
+	if err != nil || len(stale)+len(obsolete) == 0 {
+		return Report{}, err
 	}
 	unlock, err := lock()
 	if err != nil {
-		return false, err
+		return Report{}, err
 	}
 	defer unlock()
-	if p, err = ReadPresent(c); err != nil {
-		return false, err
-	}
-	stale, obsolete := p.Stale(want)
-	if len(stale) == 0 && len(obsolete) == 0 {
-		return false, nil // another invocation repaired it while we waited
+	if stale, obsolete, drift, err = diff(c, want, known); err != nil || len(stale)+len(obsolete) == 0 {
+		return Report{}, err // another invocation repaired it while we waited
 	}
 	all, err := elems()
 	if err != nil {
-		return false, err
+		return Report{}, err
 	}
+	rep := Report{Drift: drift, Deleted: obsolete}
 	for _, id := range obsolete {
-		Delete(c, id)
+		c.DelTable(&nftables.Table{Family: id.Family, Name: id.Name})
 	}
 	for _, t := range stale {
 		if err := Build(c, t, all[t.ID()]); err != nil {
-			return false, err
+			return Report{}, err
 		}
+		rep.Rebuilt = append(rep.Rebuilt, t.ID())
 	}
 	if err := c.Flush(); err != nil {
-		return false, fmt.Errorf("failed to apply podwire tables: %w", err)
+		return Report{}, fmt.Errorf("failed to apply podwire tables: %w", err)
 	}
-	return true, nil
+	return rep, nil
+}
+
+// diff verifies want and looks up the obsolete tables of known.
+func diff(c Reader, want []*Table, known []ID) (stale []*Table, obsolete []ID, drift []string, err error) {
+	states, err := Inspect(c, want, known)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, s := range states {
+		switch {
+		case !s.Wanted:
+			obsolete = append(obsolete, s.ID)
+			drift = append(drift, s.ID.String()+": obsolete")
+		case len(s.Drift) > 0:
+			stale = append(stale, want[i])
+			drift = append(drift, s.Drift...)
+		}
+	}
+	return stale, obsolete, drift, nil
 }
 
 // AddElements adds an attachment's elements in one batch. Adding an element
@@ -190,9 +157,8 @@ func AddElements(c Conn, want []*Table, e Elements) error {
 		return nil
 	}
 	for _, t := range want {
-		sets := e[t.ID()]
-		for name, elems := range sets {
-			s := &nftables.Set{Table: &nftables.Table{Family: t.Family, Name: t.Name}, Name: name, KeyType: keyType(t, name)}
+		for name, elems := range e[t.ID()] {
+			s := t.nfSet(name)
 			if err := inChunks(c.SetAddElements, s, elems); err != nil {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", name, t.ID(), err)
 			}
@@ -204,24 +170,29 @@ func AddElements(c Conn, want []*Table, e Elements) error {
 	return nil
 }
 
+// nfSet is set name of t as google/nftables addresses it.
+func (t *Table) nfSet(name string) *nftables.Set {
+	nt := &nftables.Table{Family: t.Family, Name: t.Name}
+	for _, s := range t.Sets {
+		if s.Name == name {
+			return s.nfSet(nt)
+		}
+	}
+	return &nftables.Set{Table: nt, Name: name}
+}
+
 // DeleteElements removes an attachment's elements in one batch, idempotently:
-// only in tables that are present, and each element is added before it is
-// deleted, so an element that is already gone is not an error.
+// only in tables that are present (one GET by name each), and each element is
+// added before it is deleted, so an element that is already gone is not an
+// error.
 func DeleteElements(c Conn, e Elements) error {
-	if len(e) == 0 {
-		return nil
-	}
-	tables, err := c.ListTables()
-	if err != nil {
-		return fmt.Errorf("failed to list nftables tables: %w", err)
-	}
-	present := map[ID]bool{}
-	for _, t := range tables {
-		present[ID{t.Family, t.Name}] = true
-	}
 	queued := false
 	for id, sets := range e {
-		if !present[id] {
+		present, err := tablePresent(c, id)
+		if err != nil {
+			return err
+		}
+		if !present {
 			continue // table gone (flushed ruleset): so are its elements
 		}
 		for name, elems := range sets {
@@ -259,53 +230,6 @@ func inChunks(op func(*nftables.Set, []nftables.SetElement) error, s *nftables.S
 	for i := 0; i < len(elems); i += elementsPerMessage {
 		if err := op(s, elems[i:min(i+elementsPerMessage, len(elems))]); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-func keyType(t *Table, set string) nftables.SetDatatype {
-	for _, s := range t.Sets {
-		if s.Name == set {
-			return s.KeyType
-		}
-	}
-	return nftables.TypeInvalid
-}
-
-// CheckElements verifies that every element of e is in its set (one dump per
-// set). An element is named in the error by its set and key bytes.
-func CheckElements(c interface {
-	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
-}, want []*Table, e Elements) error {
-	for id, sets := range e {
-		for name, elems := range sets {
-			s := &nftables.Set{Table: &nftables.Table{Family: id.Family, Name: id.Name}, Name: name}
-			for _, t := range want {
-				if t.ID() == id {
-					s.KeyType = keyType(t, name)
-					for _, ts := range t.Sets {
-						if ts.Name == name {
-							s.Interval, s.Concatenation = ts.Interval, ts.Concatenation
-						}
-					}
-				}
-			}
-			have, err := c.GetSetElements(s)
-			if err != nil {
-				return fmt.Errorf("failed to read set %s of %s: %w", name, id, err)
-			}
-			got := make(map[string]bool, len(have))
-			for _, h := range have {
-				if !h.IntervalEnd {
-					got[string(h.Key)] = true
-				}
-			}
-			for _, w := range elems {
-				if !got[string(w.Key)] {
-					return fmt.Errorf("element %x missing from set %s of %s", w.Key, name, id)
-				}
-			}
 		}
 	}
 	return nil

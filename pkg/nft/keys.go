@@ -2,9 +2,6 @@ package nft
 
 import (
 	"net/netip"
-
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 )
 
 // ifNameSize is IFNAMSIZ: an ifname key is the name, NUL padded to 16 bytes.
@@ -48,28 +45,3 @@ func PrefixRange(p netip.Prefix) (first, last netip.Addr) {
 	last, _ = netip.AddrFromSlice(b)
 	return first, last
 }
-
-// Registers for concatenated lookups: a 16-byte ifname fills four 32-bit
-// registers from NFT_REG32_00 (8), so the address goes after it.
-const (
-	RegIfName = 8  // NFT_REG32_00
-	RegAfter  = 12 // NFT_REG32_04
-	Reg1      = 1  // NFT_REG_1, a 128-bit register for single lookups
-)
-
-// Verdicts used by podwire's rules.
-func Accept() *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictAccept} }
-func Drop() *expr.Verdict   { return &expr.Verdict{Kind: expr.VerdictDrop} }
-func Return() *expr.Verdict { return &expr.Verdict{Kind: expr.VerdictReturn} }
-
-// LookupSet is a lookup of register reg in set (inverted: "not in set").
-func LookupSet(reg uint32, set *nftables.Set, invert bool) *expr.Lookup {
-	return &expr.Lookup{SourceRegister: reg, SetName: set.Name, SetID: set.ID, Invert: invert}
-}
-
-// LinkLocalMask and LinkLocalPrefix match fe80::/10 (RFC 4291 2.5.6) on a
-// 16-byte IPv6 address register: (addr & LinkLocalMask) == LinkLocalPrefix.
-var (
-	LinkLocalMask   = append([]byte{0xff, 0xc0}, make([]byte, 14)...)
-	LinkLocalPrefix = append([]byte{0xfe, 0x80}, make([]byte, 14)...)
-)

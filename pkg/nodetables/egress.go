@@ -5,8 +5,6 @@ import (
 	"slices"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
@@ -22,9 +20,6 @@ const (
 	setExcept6 = "except6"
 )
 
-// prioritySrcNATMinus1 is NF_IP_PRI_NAT_SRC (100, "srcnat") minus one.
-const prioritySrcNATMinus1 = 99
-
 // egressTableFor is the per-node egress SNAT:
 //
 //	table inet podwire-egress {
@@ -38,6 +33,8 @@ const prioritySrcNATMinus1 = 99
 //	    ip6 saddr @pods6 ip6 daddr != @pods6 ip6 daddr != @except6 counter snat ip6 to E6
 //	  }
 //	}
+//
+// (the golden files testdata/egress-*.nft are the exact text).
 //
 // Why srcnat-1: the kernel runs the NAT chains of a hook in priority order
 // and stops at the first that binds the connection, so a masquerade of the
@@ -58,15 +55,15 @@ func egressTableFor(conf *config.NetConf, env Env) *nft.Table {
 		Family: nftables.TableFamilyINet,
 		Name:   egressTable,
 		Sets: []nft.Set{
-			{Name: setPods4, KeyType: nftables.TypeIPAddr, Comment: "pod sources (IPv4)"},
-			{Name: setPods6, KeyType: nftables.TypeIP6Addr, Comment: "pod sources (IPv6)"},
-			{Name: setExcept4, KeyType: nftables.TypeIPAddr, Interval: true, Elements: ex4, Comment: "egress.exceptCIDRs (IPv4)"},
-			{Name: setExcept6, KeyType: nftables.TypeIP6Addr, Interval: true, Elements: ex6, Comment: "egress.exceptCIDRs (IPv6)"},
+			{Name: setPods4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Comment: "pod sources (IPv4)"},
+			{Name: setPods6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Comment: "pod sources (IPv6)"},
+			{Name: setExcept4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Interval: true, Elements: ex4, Comment: "egress.exceptCIDRs (IPv4)"},
+			{Name: setExcept6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Interval: true, Elements: ex6, Comment: "egress.exceptCIDRs (IPv6)"},
 		},
 	}
 	ch := nft.Chain{
 		Name: "nat-postrouting", Type: nftables.ChainTypeNAT,
-		Hook: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(prioritySrcNATMinus1),
+		Hook: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource - 1),
 	}
 	if env.Egress4.IsValid() {
 		ch.Rules = append(ch.Rules, snatRule(env.Egress4, setPods4, setExcept4))
@@ -78,26 +75,15 @@ func egressTableFor(conf *config.NetConf, env Env) *nft.Table {
 	return t
 }
 
-// snatRule: meta nfproto F ip[6] saddr @pods ip[6] daddr != @pods ip[6]
-// daddr != @except counter snat ip[6] to ip.
-func snatRule(ip netip.Addr, pods, except string) nft.RuleFunc {
-	nfproto, saddr, daddr, alen := byte(unix.NFPROTO_IPV6), uint32(ip6SaddrOff), uint32(ip6DaddrOff), uint32(ip6AddrLen)
-	if ip.Is4() {
-		nfproto, saddr, daddr, alen = unix.NFPROTO_IPV4, ip4SaddrOff, ip4DaddrOff, ip4AddrLen
-	}
-	return func(sets map[string]*nftables.Set) []expr.Any {
-		return []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: nft.Reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{nfproto}},
-			&expr.Payload{DestRegister: nft.Reg1, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: alen},
-			nft.LookupSet(nft.Reg1, sets[pods], false),
-			&expr.Payload{DestRegister: nft.Reg1, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: alen},
-			nft.LookupSet(nft.Reg1, sets[pods], true),
-			nft.LookupSet(nft.Reg1, sets[except], true),
-			&expr.Counter{},
-			&expr.Immediate{Register: nft.Reg1, Data: ip.AsSlice()},
-			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(nfproto), RegAddrMin: nft.Reg1},
-		}
+// snatRule: ip saddr @pods ip daddr != @pods ip daddr != @except counter
+// snat ip to E (ip6 alike).
+func snatRule(e netip.Addr, pods, except string) nft.Rule {
+	return nft.Rule{
+		nft.In(pods, nft.Saddr(e)),
+		nft.NotIn(pods, nft.Daddr(e)),
+		nft.NotIn(except, nft.Daddr(e)),
+		nft.Counter,
+		nft.SNAT(e),
 	}
 }
 

@@ -32,6 +32,16 @@ const (
 	egressTable = "podwire-egress"
 )
 
+// IDs are every table this package may describe, wanted or not: what Ensure
+// deletes when the config no longer wants it.
+func IDs() []nft.ID {
+	return []nft.ID{
+		{Family: nftables.TableFamilyIPv6, Name: probeTable},
+		{Family: nftables.TableFamilyIPv4, Name: probeTable},
+		{Family: nftables.TableFamilyINet, Name: egressTable},
+	}
+}
+
 // Env is what the tables depend on besides the config, read from the node.
 type Env struct {
 	// Uplinks4 and Uplinks6 are the interfaces of the IPv4 and IPv6 probe
@@ -73,10 +83,7 @@ func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 		return e
 	}
 	id := nft.ID{Family: nftables.TableFamilyINet, Name: egressTable}
-	comment := rec.Key()
-	if rec.PodName != "" {
-		comment = rec.PodNamespace + "/" + rec.PodName
-	}
+	comment := rec.PodRef()
 	for _, a := range rec.Addresses {
 		a = a.Unmap()
 		set := setPods6

@@ -52,17 +52,13 @@ func TestTablesShape(t *testing.T) {
 	}
 }
 
-// rules renders a chain's rules with placeholder sets.
+// rules are a chain's rules as expressions.
 func rules(tb *nft.Table, chain string) [][]expr.Any {
-	sets := map[string]*nftables.Set{}
-	for _, s := range tb.Sets {
-		sets[s.Name] = &nftables.Set{Name: s.Name}
-	}
 	var out [][]expr.Any
 	for _, c := range tb.Chains {
 		if c.Name == chain {
 			for _, r := range c.Rules {
-				out = append(out, r(sets))
+				out = append(out, r.Exprs(tb.Family))
 			}
 		}
 	}

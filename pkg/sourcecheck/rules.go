@@ -1,91 +1,85 @@
 package sourcecheck
 
 import (
+	"net/netip"
+
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/pkg/nft"
 )
 
-// Header offsets of the source address (RFC 791, RFC 8200).
-const (
-	ipv4SaddrOffset = 12
-	ipv6SaddrOffset = 8
-)
+// The vocabulary a source check is written in, shared by the inet source
+// check (this package) and the bridge port check (pkg/vlanbridge): a set of
+// checked interfaces, sets keyed by "interface . address", and rules that
+// accept what an unchecked interface sends, what a checked one sends from
+// its own addresses, and what neighbour discovery needs, and drop the rest.
 
-// rules is the static chain, in order:
+// SetChecked names the set of checked interfaces.
+const SetChecked = "checked"
+
+// CheckedSet is the set of checked interfaces (ifname keys).
+func CheckedSet(comment string) nft.Set {
+	return nft.Set{Name: SetChecked, Key: []nft.KeyType{nft.TypeIFName}, Comment: comment}
+}
+
+// IfSet is a set keyed by "ifname . k" (an interval set when interval).
+func IfSet(name string, k nft.KeyType, interval bool, comment string) nft.Set {
+	return nft.Set{Name: name, Key: []nft.KeyType{nft.TypeIFName, k}, Interval: interval, Comment: comment}
+}
+
+// Unchecked: iifname != @checked accept.
+func Unchecked() nft.Rule { return nft.Rule{nft.NotIn(SetChecked, nft.IIFName), nft.Accept} }
+
+// Own: iifname . FIELD @set accept.
+func Own(set string, f nft.Field) nft.Rule {
+	return nft.Rule{nft.In(set, nft.IIFName, f), nft.Accept}
+}
+
+// linkLocal is fe80::/10 (RFC 4291 2.5.6).
+var linkLocal = netip.MustParsePrefix("fe80::/10")
+
+// NeighbourDiscovery accepts the IPv6 sources neighbour discovery needs:
+// link-local, and unspecified (DAD, RFC 4862 5.4).
+func NeighbourDiscovery() []nft.Rule {
+	return []nft.Rule{
+		{nft.InPrefix(nft.IP6Saddr, linkLocal), nft.Accept},
+		{nft.Is(nft.IP6Saddr, netip.IPv6Unspecified()), nft.Accept},
+	}
+}
+
+// DropRest: counter drop.
+func DropRest() nft.Rule { return nft.Rule{nft.Counter, nft.Drop} }
+
+// Key helpers for the elements of these sets.
+
+// CheckedElement is an interface's element of the checked set.
+func CheckedElement(ifname, comment string) nftables.SetElement {
+	return nftables.SetElement{Key: nft.IfNameKey(ifname), Comment: comment}
+}
+
+// AddrElement is an "ifname . address" element.
+func AddrElement(ifname string, a netip.Addr, comment string) nftables.SetElement {
+	return nftables.SetElement{Key: nft.Concat(nft.IfNameKey(ifname), nft.AddrKey(a.Unmap())), Comment: comment}
+}
+
+// rules is the static chain of inet podwire, in order:
 //
-//	meta iifname != @checked accept
-//	meta nfproto ipv4 meta iifname . ip saddr @pod-v4 accept
-//	meta nfproto ipv4 meta iifname . ip saddr @allowed-v4 accept
-//	meta nfproto ipv6 meta iifname . ip6 saddr @pod-v6 accept
-//	meta nfproto ipv6 meta iifname . ip6 saddr @allowed-v6 accept
-//	meta nfproto ipv6 ip6 saddr fe80::/10 accept
-//	meta nfproto ipv6 ip6 saddr :: accept
+//	iifname != @checked accept
+//	iifname . ip saddr @pod-v4 accept
+//	iifname . ip saddr @allowed-v4 accept
+//	iifname . ip6 saddr @pod-v6 accept
+//	iifname . ip6 saddr @allowed-v6 accept
+//	ip6 saddr fe80::/10 accept
+//	ip6 saddr :: accept
 //	counter drop
 //
-// Concatenated lookups load the 16-byte ifname into NFT_REG32_00..03
-// (nft.RegIfName) and the address right after it (nft.RegAfter), the layout
-// nft(8) uses and the set's key length (20 or 32 bytes) expects.
-func rules() []nft.RuleFunc {
-	return []nft.RuleFunc{
-		func(s map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.Reg1},
-				nft.LookupSet(nft.Reg1, s[setChecked], true),
-				nft.Accept(),
-			}
-		},
-		concatLookup(unix.NFPROTO_IPV4, ipv4SaddrOffset, 4, setPodV4),
-		concatLookup(unix.NFPROTO_IPV4, ipv4SaddrOffset, 4, setAllowV4),
-		concatLookup(unix.NFPROTO_IPV6, ipv6SaddrOffset, 16, setPodV6),
-		concatLookup(unix.NFPROTO_IPV6, ipv6SaddrOffset, 16, setAllowV6),
-		func(map[string]*nftables.Set) []expr.Any {
-			// fe80::/10, encoded as nft(8) encodes it (the whole address loaded,
-			// masked with ffc0::, compared with fe80::) so that `nft list`
-			// prints "ip6 saddr fe80::/10".
-			return append(nfproto(unix.NFPROTO_IPV6),
-				&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: nft.Reg1,
-					Base: expr.PayloadBaseNetworkHeader, Offset: ipv6SaddrOffset, Len: 16},
-				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 16,
-					Mask: nft.LinkLocalMask, Xor: make([]byte, 16)},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: nft.LinkLocalPrefix},
-				nft.Accept(),
-			)
-		},
-		func(map[string]*nftables.Set) []expr.Any {
-			return append(nfproto(unix.NFPROTO_IPV6),
-				&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: nft.Reg1,
-					Base: expr.PayloadBaseNetworkHeader, Offset: ipv6SaddrOffset, Len: 16},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: make([]byte, 16)},
-				nft.Accept(),
-			)
-		},
-		func(map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{&expr.Counter{}, nft.Drop()}
-		},
-	}
-}
-
-// nfproto matches the packet's family (meta nfproto).
-func nfproto(proto byte) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: nft.Reg1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{proto}},
-	}
-}
-
-// concatLookup accepts a packet of family proto whose "iifname . saddr" is in
-// set.
-func concatLookup(proto byte, offset, alen uint32, set string) nft.RuleFunc {
-	return func(s map[string]*nftables.Set) []expr.Any {
-		return append(nfproto(proto),
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.RegIfName},
-			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: nft.RegAfter,
-				Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: alen},
-			nft.LookupSet(nft.RegIfName, s[set], false),
-			nft.Accept(),
-		)
-	}
+// (the golden file testdata/sourcecheck.nft is the whole table).
+func rules() []nft.Rule {
+	return append([]nft.Rule{
+		Unchecked(),
+		Own(setPodV4, nft.IPSaddr),
+		Own(setAllowV4, nft.IPSaddr),
+		Own(setPodV6, nft.IP6Saddr),
+		Own(setAllowV6, nft.IP6Saddr),
+	}, append(NeighbourDiscovery(), DropRest())...)
 }

@@ -21,7 +21,6 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 
 	"github.com/podwire/podwire/pkg/nft"
 )
@@ -30,7 +29,6 @@ import (
 const (
 	tableName  = "podwire"
 	chainName  = "filter-prerouting"
-	setChecked = "checked"
 	setPodV4   = "pod-v4"
 	setPodV6   = "pod-v6"
 	setAllowV4 = "allowed-v4"
@@ -43,37 +41,26 @@ const (
 // ID is the table's identity, "inet podwire".
 var ID = nft.ID{Family: nftables.TableFamilyINet, Name: tableName}
 
-var (
-	keyV4 = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
-	keyV6 = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)
-)
-
 // Table describes "inet podwire": the sets and the static prerouting chain.
 func Table() *nft.Table {
 	return &nft.Table{
 		Family: nftables.TableFamilyINet,
 		Name:   tableName,
 		Sets: []nft.Set{
-			{Name: setChecked, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian, Comment: "host interfaces of checked pods"},
-			{Name: setPodV4, KeyType: keyV4, Concatenation: true, Comment: "pod host interface . own IPv4 address"},
-			{Name: setPodV6, KeyType: keyV6, Concatenation: true, Comment: "pod host interface . own IPv6 address"},
-			{Name: setAllowV4, KeyType: keyV4, Concatenation: true, Interval: true, Comment: "pod host interface . allowed IPv4 prefix"},
-			{Name: setAllowV6, KeyType: keyV6, Concatenation: true, Interval: true, Comment: "pod host interface . allowed IPv6 prefix"},
+			CheckedSet("host interfaces of checked pods"),
+			IfSet(setPodV4, nft.TypeIPv4Addr, false, "pod host interface . own IPv4 address"),
+			IfSet(setPodV6, nft.TypeIPv6Addr, false, "pod host interface . own IPv6 address"),
+			IfSet(setAllowV4, nft.TypeIPv4Addr, true, "pod host interface . allowed IPv4 prefix"),
+			IfSet(setAllowV6, nft.TypeIPv6Addr, true, "pod host interface . allowed IPv6 prefix"),
 		},
 		Chains: []nft.Chain{{
 			Name:     chainName,
 			Type:     nftables.ChainTypeFilter,
 			Hook:     nftables.ChainHookPrerouting,
 			Priority: nftables.ChainPriorityRaw,
-			Policy:   policyAccept(),
 			Rules:    rules(),
 		}},
 	}
-}
-
-func policyAccept() *nftables.ChainPolicy {
-	p := nftables.ChainPolicyAccept
-	return &p
 }
 
 // Pod is what the source check knows of one attachment.
@@ -104,13 +91,13 @@ func Elements(p Pod) nft.Elements {
 		comment = comment[:maxComment]
 	}
 	ifKey := nft.IfNameKey(p.HostIfName)
-	e.Add(ID, setChecked, nftables.SetElement{Key: ifKey, Comment: comment})
+	e.Add(ID, SetChecked, CheckedElement(p.HostIfName, comment))
 	for _, a := range p.Addresses {
 		set := setPodV4
-		if a = a.Unmap(); a.Is6() {
+		if a.Unmap().Is6() {
 			set = setPodV6
 		}
-		e.Add(ID, set, nftables.SetElement{Key: nft.Concat(ifKey, nft.AddrKey(a)), Comment: comment})
+		e.Add(ID, set, AddrElement(p.HostIfName, a, comment))
 	}
 	for _, pfx := range Outermost(p.AllowedPrefixes) {
 		first, last := nft.PrefixRange(pfx)

@@ -41,7 +41,7 @@ func TestElements(t *testing.T) {
 		Name:            "ns/pod",
 	})
 	sets := e[ID]
-	if len(sets[setChecked]) != 1 || len(sets[setPodV4]) != 1 || len(sets[setPodV6]) != 1 || len(sets[setAllowV4]) != 1 || len(sets[setAllowV6]) != 0 {
+	if len(sets[SetChecked]) != 1 || len(sets[setPodV4]) != 1 || len(sets[setPodV6]) != 1 || len(sets[setAllowV4]) != 1 || len(sets[setAllowV6]) != 0 {
 		t.Fatalf("elements per set: %v", sets)
 	}
 	ifk := nft.IfNameKey("veth1")
@@ -55,8 +55,8 @@ func TestElements(t *testing.T) {
 	if !bytes.Equal(a.Key[16:], []byte{10, 99, 0, 0}) || !bytes.Equal(a.KeyEnd[16:], []byte{10, 99, 0, 255}) {
 		t.Errorf("allowed-v4 range %x-%x", a.Key, a.KeyEnd)
 	}
-	if sets[setChecked][0].Comment != "ns/pod" {
-		t.Errorf("comment %q", sets[setChecked][0].Comment)
+	if sets[SetChecked][0].Comment != "ns/pod" {
+		t.Errorf("comment %q", sets[SetChecked][0].Comment)
 	}
 }
 

@@ -102,3 +102,12 @@ func (v *VLANAttachment) VLANs() []uint16 {
 
 // Key is "containerID/ifname", the identity of an attachment.
 func (r *Record) Key() string { return r.ContainerID + "/" + r.IfName }
+
+// PodRef names the attachment's pod for logs, element comments and `podwire
+// status`: "namespace/name", or the Key when the runtime sent no pod name.
+func (r *Record) PodRef() string {
+	if r.PodName == "" {
+		return r.Key()
+	}
+	return r.PodNamespace + "/" + r.PodName
+}

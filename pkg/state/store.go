@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // File modes of the state directory and its files.
@@ -45,17 +47,8 @@ func (s *Store) path(containerID, ifName string) string {
 	return filepath.Join(s.Dir, escape(containerID)+"_"+escape(ifName)+suffix)
 }
 
-// tmpPath is the temporary file Put writes before the rename: one name per
-// attachment (hidden, so List skips it), so that a file left by a podwire
-// killed in the middle of Put is overwritten by the next Put and removed by
-// Delete, instead of piling up in stateDir.
-func (s *Store) tmpPath(containerID, ifName string) string {
-	return filepath.Join(s.Dir, "."+escape(containerID)+"_"+escape(ifName)+suffix+".tmp")
-}
-
-// Put writes r atomically: a temporary file in the same directory, fsync,
-// rename over the old record. The runtime serializes the verbs of one
-// attachment, so one temporary name per attachment does not race.
+// Put writes r atomically (atomicfile.WriteFile: a temporary file in the
+// same directory, fsync, rename over the old record).
 func (s *Store) Put(r *Record) error {
 	if err := s.ensureDir(); err != nil {
 		return err
@@ -65,22 +58,7 @@ func (s *Store) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode record %s: %w", r.Key(), err)
 	}
-	dst := s.path(r.ContainerID, r.IfName)
-	tmp, err := os.OpenFile(s.tmpPath(r.ContainerID, r.IfName), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, FileMode)
-	if err != nil {
-		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(s.path(r.ContainerID, r.IfName), data, FileMode); err != nil {
 		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
 	}
 	return nil
@@ -109,10 +87,11 @@ func (s *Store) read(path string) (*Record, error) {
 // Delete removes the record of an attachment and any temporary file a
 // crashed Put left; a missing record is not an error (DEL is idempotent).
 func (s *Store) Delete(containerID, ifName string) error {
-	for _, p := range []string{s.tmpPath(containerID, ifName), s.path(containerID, ifName)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
-		}
+	if err := atomicfile.RemoveTemps(s.path(containerID, ifName)); err != nil {
+		return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
+	}
+	if err := os.Remove(s.path(containerID, ifName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@ func TestDeleteRemovesCrashedPut(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := os.WriteFile(s.tmpPath("c1", "eth0"), []byte(`{"contai`), FileMode); err != nil {
+		if err := os.WriteFile(tmpLeftover(s, "c1", "eth0"), []byte(`{"contai`), FileMode); err != nil {
 			t.Fatal(err)
 		}
 		if recs, err := s.List(); err != nil || len(recs) != map[bool]int{true: 1, false: 0}[rec] {
@@ -171,4 +171,11 @@ func TestDeleteRemovesCrashedPut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// tmpLeftover is a temporary file that a Put killed before its rename leaves
+// (atomicfile.WriteFile's naming).
+func tmpLeftover(s *Store, containerID, ifName string) string {
+	p := s.path(containerID, ifName)
+	return filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".123456.tmp")
 }

@@ -5,10 +5,9 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
 // The bridge port check: table "bridge podwire-port", one base chain at the
@@ -26,147 +25,58 @@ import (
 // turns nf_call_iptables off on its bridge), so the inet source check of the
 // primary interface cannot see them.
 //
-//	meta iifname != @checked accept
-//	meta iifname . ether saddr != @port-mac counter drop
-//	meta iifname @mac-only accept
-//	meta protocol arp meta iifname . arp saddr ip @port-v4 accept
-//	meta protocol arp arp saddr ip 0.0.0.0 accept
-//	meta protocol ip meta iifname . ip saddr @port-v4 accept
-//	meta protocol ip6 meta iifname . ip6 saddr @port-v6 accept
-//	meta protocol ip6 ip6 saddr fe80::/10 accept
-//	meta protocol ip6 ip6 saddr :: accept
+// The chain (the whole table is the golden file testdata/portcheck.nft):
+//
+//	iifname != @checked accept
+//	iifname . ether saddr != @port-mac counter drop
+//	iifname @mac-only accept
+//	iifname . arp saddr ip @port-v4 accept
+//	arp saddr ip 0.0.0.0 accept
+//	iifname . ip saddr @port-v4 accept
+//	iifname . ip6 saddr @port-v6 accept
+//	ip6 saddr fe80::/10 accept
+//	ip6 saddr :: accept
 //	counter drop
 const (
-	portTable      = "podwire-port"
-	portChain      = "filter-prerouting"
-	setPortChecked = "checked"
-	setPortMAC     = "port-mac"
-	setMACOnly     = "mac-only"
-	setPortV4      = "port-v4"
-	setPortV6      = "port-v6"
-	// bridgePriorityFilter is NF_BR_PRI_FILTER_BRIDGED.
-	bridgePriorityFilter = -200
-)
-
-// Offsets in the headers (RFC 791, RFC 8200, RFC 826 for Ethernet/IPv4).
-const (
-	etherSaddrOffset = 6
-	ipv4SaddrOffset  = 12
-	ipv6SaddrOffset  = 8
-	arpSpaOffset     = 14
+	portTable  = "podwire-port"
+	portChain  = "filter-prerouting"
+	setPortMAC = "port-mac"
+	setMACOnly = "mac-only"
+	setPortV4  = "port-v4"
+	setPortV6  = "port-v6"
 )
 
 // PortCheckID is the table's identity, "bridge podwire-port".
 var PortCheckID = nft.ID{Family: nftables.TableFamilyBridge, Name: portTable}
 
-var (
-	keyPortMAC = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeEtherAddr)
-	keyPortV4  = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr)
-	keyPortV6  = nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIP6Addr)
-)
-
-// PortCheckTable describes "bridge podwire-port".
+// PortCheckTable describes "bridge podwire-port" (golden file
+// testdata/portcheck.nft), in the source check's vocabulary.
 func PortCheckTable() *nft.Table {
-	accept := nftables.ChainPolicyAccept
 	return &nft.Table{
 		Family: nftables.TableFamilyBridge,
 		Name:   portTable,
 		Sets: []nft.Set{
-			{Name: setPortChecked, KeyType: nftables.TypeIFName, Comment: "bridge ports of checked pods"},
-			{Name: setPortMAC, KeyType: keyPortMAC, Concatenation: true, Comment: "port . pod MAC"},
-			{Name: setMACOnly, KeyType: nftables.TypeIFName, Comment: "checked trunk ports: MAC pinned only"},
-			{Name: setPortV4, KeyType: keyPortV4, Concatenation: true, Comment: "port . pod IPv4 address"},
-			{Name: setPortV6, KeyType: keyPortV6, Concatenation: true, Comment: "port . pod IPv6 address"},
+			sourcecheck.CheckedSet("bridge ports of checked pods"),
+			sourcecheck.IfSet(setPortMAC, nft.TypeEtherAddr, false, "port . pod MAC"),
+			{Name: setMACOnly, Key: []nft.KeyType{nft.TypeIFName}, Comment: "checked trunk ports: MAC pinned only"},
+			sourcecheck.IfSet(setPortV4, nft.TypeIPv4Addr, false, "port . pod IPv4 address"),
+			sourcecheck.IfSet(setPortV6, nft.TypeIPv6Addr, false, "port . pod IPv6 address"),
 		},
 		Chains: []nft.Chain{{
 			Name:     portChain,
 			Type:     nftables.ChainTypeFilter,
 			Hook:     nftables.ChainHookPrerouting,
-			Priority: nftables.ChainPriorityRef(bridgePriorityFilter),
-			Policy:   &accept,
-			Rules:    portRules(),
+			Priority: nft.BridgePriorityFilter,
+			Rules: append([]nft.Rule{
+				sourcecheck.Unchecked(),
+				{nft.NotIn(setPortMAC, nft.IIFName, nft.EtherSaddr), nft.Counter, nft.Drop},
+				{nft.In(setMACOnly, nft.IIFName), nft.Accept},
+				sourcecheck.Own(setPortV4, nft.ARPSaddrIP),
+				{nft.Is(nft.ARPSaddrIP, netip.IPv4Unspecified()), nft.Accept},
+				sourcecheck.Own(setPortV4, nft.IPSaddr),
+				sourcecheck.Own(setPortV6, nft.IP6Saddr),
+			}, append(sourcecheck.NeighbourDiscovery(), sourcecheck.DropRest())...),
 		}},
-	}
-}
-
-func portRules() []nft.RuleFunc {
-	return []nft.RuleFunc{
-		func(s map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.Reg1},
-				nft.LookupSet(nft.Reg1, s[setPortChecked], true),
-				nft.Accept(),
-			}
-		},
-		func(s map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.RegIfName},
-				load(expr.PayloadBaseLLHeader, etherSaddrOffset, 6, nft.RegAfter),
-				nft.LookupSet(nft.RegIfName, s[setPortMAC], true),
-				&expr.Counter{},
-				nft.Drop(),
-			}
-		},
-		func(s map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{
-				&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.Reg1},
-				nft.LookupSet(nft.Reg1, s[setMACOnly], false),
-				nft.Accept(),
-			}
-		},
-		portLookup(unix.ETH_P_ARP, arpSpaOffset, 4, setPortV4),
-		func(map[string]*nftables.Set) []expr.Any {
-			return append(protocol(unix.ETH_P_ARP),
-				load(expr.PayloadBaseNetworkHeader, arpSpaOffset, 4, nft.Reg1),
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: make([]byte, 4)},
-				nft.Accept())
-		},
-		portLookup(unix.ETH_P_IP, ipv4SaddrOffset, 4, setPortV4),
-		portLookup(unix.ETH_P_IPV6, ipv6SaddrOffset, 16, setPortV6),
-		func(map[string]*nftables.Set) []expr.Any {
-			// fe80::/10, encoded as nft(8) encodes it (the whole address loaded,
-			// masked with ffc0::, compared with fe80::) so that `nft list`
-			// prints "ip6 saddr fe80::/10".
-			return append(protocol(unix.ETH_P_IPV6),
-				load(expr.PayloadBaseNetworkHeader, ipv6SaddrOffset, 16, nft.Reg1),
-				&expr.Bitwise{SourceRegister: nft.Reg1, DestRegister: nft.Reg1, Len: 16,
-					Mask: nft.LinkLocalMask, Xor: make([]byte, 16)},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: nft.LinkLocalPrefix},
-				nft.Accept())
-		},
-		func(map[string]*nftables.Set) []expr.Any {
-			return append(protocol(unix.ETH_P_IPV6),
-				load(expr.PayloadBaseNetworkHeader, ipv6SaddrOffset, 16, nft.Reg1),
-				&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: make([]byte, 16)},
-				nft.Accept())
-		},
-		func(map[string]*nftables.Set) []expr.Any {
-			return []expr.Any{&expr.Counter{}, nft.Drop()}
-		},
-	}
-}
-
-func load(base expr.PayloadBase, offset, n, reg uint32) *expr.Payload {
-	return &expr.Payload{OperationType: expr.PayloadLoad, DestRegister: reg, Base: base, Offset: offset, Len: n}
-}
-
-// protocol matches the frame's ethertype (meta protocol, network order): the
-// inner one for a VLAN-tagged frame, whose tag the kernel has taken off.
-func protocol(ethType uint16) []expr.Any {
-	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: nft.Reg1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg1, Data: []byte{byte(ethType >> 8), byte(ethType)}},
-	}
-}
-
-// portLookup accepts a frame of ethType whose "port . source" is in set.
-func portLookup(ethType uint16, offset, n uint32, set string) nft.RuleFunc {
-	return func(s map[string]*nftables.Set) []expr.Any {
-		return append(protocol(ethType),
-			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: nft.RegIfName},
-			load(expr.PayloadBaseNetworkHeader, offset, n, nft.RegAfter),
-			nft.LookupSet(nft.RegIfName, s[set], false),
-			nft.Accept())
 	}
 }
 
@@ -180,13 +90,12 @@ func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool
 	if port == "" {
 		return e
 	}
-	ifKey := nft.IfNameKey(port)
-	e.Add(PortCheckID, setPortChecked, nftables.SetElement{Key: ifKey, Comment: comment})
+	e.Add(PortCheckID, sourcecheck.SetChecked, sourcecheck.CheckedElement(port, comment))
 	if hw, err := net.ParseMAC(mac); err == nil && len(hw) == 6 {
-		e.Add(PortCheckID, setPortMAC, nftables.SetElement{Key: nft.Concat(ifKey, hw), Comment: comment})
+		e.Add(PortCheckID, setPortMAC, nftables.SetElement{Key: nft.Concat(nft.IfNameKey(port), hw), Comment: comment})
 	}
 	if macOnly {
-		e.Add(PortCheckID, setMACOnly, nftables.SetElement{Key: ifKey, Comment: comment})
+		e.Add(PortCheckID, setMACOnly, sourcecheck.CheckedElement(port, comment))
 		return e
 	}
 	for _, p := range ips {
@@ -195,7 +104,7 @@ func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool
 		if a.Is6() {
 			set = setPortV6
 		}
-		e.Add(PortCheckID, set, nftables.SetElement{Key: nft.Concat(ifKey, nft.AddrKey(a)), Comment: comment})
+		e.Add(PortCheckID, set, sourcecheck.AddrElement(port, a, comment))
 	}
 	return e
 }

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+
+	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
 func TestHostVethName(t *testing.T) {
@@ -42,7 +44,7 @@ func TestPortCheckElements(t *testing.T) {
 	ips := []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24"), netip.MustParsePrefix("2001:db8::10/64")}
 	e := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, false, "default/pod")
 	sets := e[PortCheckID]
-	for set, want := range map[string]int{setPortChecked: 16, setPortMAC: 24, setPortV4: 20, setPortV6: 32} {
+	for set, want := range map[string]int{sourcecheck.SetChecked: 16, setPortMAC: 24, setPortV4: 20, setPortV6: 32} {
 		if len(sets[set]) != 1 {
 			t.Errorf("set %s has %d elements, want 1", set, len(sets[set]))
 			continue
@@ -51,7 +53,7 @@ func TestPortCheckElements(t *testing.T) {
 			t.Errorf("set %s key is %d bytes, want %d", set, got, want)
 		}
 	}
-	if e := PortCheckElements("pwv0123456789ab", "", nil, false, "x"); len(e[PortCheckID][setPortMAC]) != 0 || len(e[PortCheckID][setPortChecked]) != 1 {
+	if e := PortCheckElements("pwv0123456789ab", "", nil, false, "x"); len(e[PortCheckID][setPortMAC]) != 0 || len(e[PortCheckID][sourcecheck.SetChecked]) != 1 {
 		t.Errorf("no MAC: got %v, want the checked element only", e)
 	}
 	trunk := PortCheckElements("pwv0123456789ab", "02:00:00:00:00:01", ips, true, "x")[PortCheckID]

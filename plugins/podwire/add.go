@@ -10,6 +10,7 @@ import (
 
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -44,9 +45,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 		// A repeated ADD for the same attachment: undo the first one, so
 		// nothing it made is left unrecorded.
 		a.log.Warn("ADD for an attachment that exists: removing the old one first")
-		prev := *a
-		prev.rec = old
-		if err := prev.teardown(len(steps)); err != nil {
+		// The same attachment, not a copy: the node lock's depth counter
+		// must stay one.
+		cur := a.rec
+		a.rec = old
+		err := a.teardown(len(steps))
+		a.rec = cur
+		if err != nil {
 			return err
 		}
 	}
@@ -77,7 +82,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			return fmt.Errorf("%s: %w", s.name(), err)
 		}
 	}
-	if e := recordElements(a.conf, a.rec); len(e) > 0 {
+	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
 		c, err := a.conn()
 		if err != nil {
 			return err
@@ -122,7 +127,7 @@ func (a *attachment) teardown(n int) error {
 	}
 	defer unlock()
 	var errs []error
-	if e := recordElements(a.conf, a.rec); len(e) > 0 {
+	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
 		if c, err := a.conn(); err != nil {
 			errs = append(errs, err)
 		} else if err := nft.DeleteElements(c, e); err != nil {

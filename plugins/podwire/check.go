@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/ruleset"
 )
 
 // cmdCheck verifies podwire's own resources for the attachment: the record,
@@ -37,21 +39,16 @@ func cmdCheck(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
-		present, err := nft.ReadPresent(c)
-		if err != nil {
-			return err
-		}
 		for _, t := range want {
-			if !present.Current(t) {
-				return fmt.Errorf("node table %s is missing or not current", t.ID())
+			drift, err := nft.Verify(c, t)
+			if err != nil {
+				return err
 			}
-			if rl, ok := c.(nft.RuleLister); ok {
-				if err := nft.CheckRules(rl, t); err != nil {
-					return err
-				}
+			if len(drift) > 0 {
+				return fmt.Errorf("node table %s is not current: %s", t.ID(), strings.Join(drift, "; "))
 			}
 		}
-		if err := nft.CheckElements(c, a.tables(), recordElements(a.conf, rec)); err != nil {
+		if err := nft.CheckElements(c, want, ruleset.Elements(a.conf, rec)); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -20,14 +22,18 @@ type repairResult struct {
 	Conflist string   `json:"conflist,omitempty"`
 	Repaired bool     `json:"repaired"`
 	Tables   []string `json:"tables"`
+	// Drift names what differed before the repair; MissingElements counts
+	// the records' set elements that were re-added.
+	Drift           []string `json:"drift,omitempty"`
+	MissingElements int      `json:"missingElements,omitempty"`
 }
 
 // cliRepair implements
 //
 //	podwire repair [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE]
 //
-// It runs ADD's verify and apply of the node tables (ensureTables) without a
-// pod: the node agent calls it every few seconds, so drift is repaired
+// It runs ruleset.Repair, ADD's verify and apply of the node tables plus the
+// element-level verify of every record, without a pod: the node agent calls it every few seconds, so drift is repaired
 // without waiting for the next ADD. It prints JSON and exits 0 when the
 // tables are current (repaired or not), 1 otherwise.
 func cliRepair(args []string, stdout, stderr io.Writer) int {
@@ -53,26 +59,29 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	res := repairResult{Conflist: from, Tables: []string{}}
-	want := wantTables(conf)
+	env := nodetables.ReadEnv(conf)
+	want := ruleset.Tables(conf, env)
 	for _, t := range want {
 		res.Tables = append(res.Tables, t.ID().String())
 	}
-	if len(want) > 0 {
-		c, err := nftables.New(nft.BatchBuffer())
-		if err != nil {
-			fmt.Fprintf(stderr, "podwire repair: nftables unusable: %v\n", err)
-			return 1
-		}
-		a := &attachment{conf: conf, store: state.New(conf.StateDir), log: newLogger(conf).With("verb", "repair")}
-		if res.Repaired, err = nft.Ensure(c, want, a.nodeLock, func() (nft.Elements, error) {
-			return allElements(conf, a.store, a.log)
-		}); err != nil {
-			fmt.Fprintf(stderr, "podwire repair: %v\n", err)
-			return 1
-		}
-		if res.Repaired {
-			a.log.Info("node tables repaired", "tables", res.Tables)
-		}
+	c, err := nftables.New(nft.BatchBuffer())
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: nftables unusable: %v\n", err)
+		return 1
+	}
+	// ruleset.Repair: the tables by content (rebuilt under the node lock
+	// when they drifted, obsolete ones deleted), then every record's
+	// elements, missing ones re-added.
+	rep, missing, err := ruleset.Repair(c, conf, env, state.New(conf.StateDir))
+	if err != nil {
+		fmt.Fprintf(stderr, "podwire repair: %v\n", err)
+		return 1
+	}
+	res.Repaired = rep.Changed() || missing > 0
+	res.Drift, res.MissingElements = rep.Drift, missing
+	if res.Repaired {
+		newLogger(conf).With("verb", "repair").Info("node tables repaired",
+			"drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted, "missingElements", missing)
 	}
 	return printJSON(stdout, stderr, res)
 }

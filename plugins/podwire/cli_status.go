@@ -21,6 +21,8 @@ import (
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -190,35 +192,27 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	return st, nil
 }
 
-// readTables compares the tables the config wants with podwire's tables
-// present on the node (one chain dump).
+// readTables verifies the tables the config wants by content and finds
+// podwire's obsolete tables (nft.Inspect, the reads of every ADD).
 func (st *nodeStatus) readTables(conf *config.NetConf) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	present, err := nft.ReadPresent(c)
+	states, err := nft.Inspect(c, ruleset.Tables(conf, nodetables.ReadEnv(conf)), ruleset.Known())
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	seen := map[nft.ID]bool{}
-	for _, t := range wantTables(conf) {
-		id := t.ID()
-		seen[id] = true
-		ts := tableStatus{Name: id.String(), Hash: t.Hash(), Wanted: true, Present: present[id] != nil, Current: present.Current(t)}
+	for _, s := range states {
+		ts := tableStatus{Name: s.ID.String(), Hash: s.Hash, Wanted: s.Wanted, Present: s.Present, Current: s.Current()}
 		st.Tables = append(st.Tables, ts)
-		if !ts.Current {
-			what := "missing"
-			if ts.Present {
-				what = "stale (config changed or tampered)"
-			}
-			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is %s: the next ADD rebuilds it", id, what))
-		}
-	}
-	for id := range present {
-		if !seen[id] {
-			st.Tables = append(st.Tables, tableStatus{Name: id.String(), Present: true})
-			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is obsolete: the next ADD removes it", id))
+		switch {
+		case !s.Wanted:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is obsolete: the next ADD removes it", s.ID))
+		case !s.Present:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is missing: the next ADD rebuilds it", s.ID))
+		case !ts.Current:
+			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is stale (%s): the next ADD rebuilds it", s.ID, strings.Join(s.Drift, "; ")))
 		}
 	}
 	slices.SortFunc(st.Tables, func(a, b tableStatus) int { return strings.Compare(a.Name, b.Name) })
@@ -261,7 +255,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 
 func attachmentFromRecord(r *state.Record) attachmentStatus {
 	a := attachmentStatus{
-		Pod: r.PodNamespace + "/" + r.PodName, ContainerID: r.ContainerID, IfName: r.IfName,
+		Pod: r.PodRef(), ContainerID: r.ContainerID, IfName: r.IfName,
 		HostIfName: r.HostIfName, Addresses: r.Addresses, Complete: r.Complete,
 		AnnotationSource: r.AnnotationSource, SourceCheck: r.SourceCheck, Forwarding: r.Forwarding,
 		AllowedSourcePrefixes: r.AllowedSourcePrefixes, Egress: r.Egress,

@@ -13,7 +13,9 @@ import (
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/logfile"
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/podmeta"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -21,8 +23,8 @@ import (
 //
 // ADD runs plan for every step (no change to the node yet: fill the record
 // with what add will create), writes the record, ensures the node tables,
-// runs add for every step in order, then adds every step's set elements in one
-// batch. When anything fails, del runs for the steps that ran, in reverse, from
+// runs add for every step in order, then adds the attachment's set elements
+// (ruleset.Elements of the record) in one batch. When anything fails, del runs for the steps that ran, in reverse, from
 // the record. DEL runs del for every step in reverse from the record alone:
 // the pod's netns and prevResult may be gone, and "not found" is success.
 type step interface {
@@ -31,13 +33,6 @@ type step interface {
 	add(a *attachment) error
 	del(a *attachment) error
 	check(a *attachment) error
-}
-
-// tableOwner is a step that owns node tables: their description for the
-// current config, and the set elements of one attachment.
-type tableOwner interface {
-	tables(conf *config.NetConf) []*nft.Table
-	elements(conf *config.NetConf, rec *state.Record) nft.Elements
 }
 
 // steps are podwire's concerns in ADD order.
@@ -145,71 +140,33 @@ func newLogger(conf *config.NetConf) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// wantTables are the node tables every step wants for the config.
-func wantTables(conf *config.NetConf) []*nft.Table {
-	var out []*nft.Table
-	for _, s := range steps {
-		if o, ok := s.(tableOwner); ok {
-			out = append(out, o.tables(conf)...)
-		}
-	}
-	return out
-}
-
-// recordElements are the set elements of one attachment, across steps.
-func recordElements(conf *config.NetConf, rec *state.Record) nft.Elements {
-	e := nft.Elements{}
-	for _, s := range steps {
-		if o, ok := s.(tableOwner); ok {
-			e.Merge(o.elements(conf, rec))
-		}
-	}
-	return e
-}
-
-// allElements are the set elements of every recorded attachment.
-func allElements(conf *config.NetConf, store *state.Store, log *slog.Logger) (nft.Elements, error) {
-	recs, err := store.List()
-	if err != nil {
-		// Corrupt records are skipped: one bad file must not stop the node.
-		log.Error("skipping unreadable state records", "error", err)
-	}
-	e := nft.Elements{}
-	for _, r := range recs {
-		e.Merge(recordElements(conf, r))
-	}
-	return e, nil
-}
-
-// tables are the node tables for this invocation, described once: their
-// description reads the node (default-route uplinks, egress IPs), so ADD
-// must not pay for it at every use.
+// tables are the node tables for this invocation (ruleset.Tables, pure),
+// from a snapshot of the node read once: default-route uplinks and egress
+// IPs (nodetables.ReadEnv).
 func (a *attachment) tables() []*nft.Table {
 	if a.want == nil {
-		a.want = wantTables(a.conf)
+		a.want = ruleset.Tables(a.conf, nodetables.ReadEnv(a.conf))
 	}
 	return a.want
 }
 
 // ensureTables lays down or repairs the node tables (DESIGN.md, "First
-// invocation"): one chain dump when they are current.
+// invocation and drift"): every ADD verifies them by content, reading only
+// podwire's own objects, and rebuilds what differs under the node lock.
 func (a *attachment) ensureTables() error {
-	want := a.tables()
-	if len(want) == 0 {
-		return nil
-	}
 	c, err := a.conn()
 	if err != nil {
 		return err
 	}
-	changed, err := nft.Ensure(c, want, a.nodeLock, func() (nft.Elements, error) {
-		return allElements(a.conf, a.store, a.log)
+	rep, err := ruleset.Ensure(c, a.tables(), a.store, a.conf, a.nodeLock, func(err error) {
+		// Corrupt records are skipped: one bad file must not stop the node.
+		a.log.Error("skipping unreadable state records", "error", err)
 	})
 	if err != nil {
 		return err
 	}
-	if changed {
-		a.log.Info("node tables laid down or repaired")
+	if rep.Changed() {
+		a.log.Info("node tables laid down or repaired", "drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted)
 	}
 	return nil
 }

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
-	"github.com/podwire/podwire/pkg/state"
 )
 
 // nodeTablesStep owns the node-wide tables: load-balancer probe SNAT and
-// egress IPs (pkg/nodetables). The tables are laid down and repaired by
-// ensureTables like every owner's; per pod there are only the egress source
-// elements, added and removed with every step's elements.
+// egress IPs (pkg/nodetables). The tables and the per-pod egress source
+// elements are pkg/ruleset's, laid down and repaired by ensureTables and
+// added and removed with the attachment's elements.
 type nodeTablesStep struct{}
 
 func (nodeTablesStep) name() string { return "nodetables" }
@@ -35,20 +32,9 @@ func (nodeTablesStep) add(a *attachment) error {
 	return nil
 }
 
-// del: the elements go with every step's elements in teardown; the tables
-// are node-wide and stay.
+// del: the elements go with the attachment's elements in teardown; the
+// tables are node-wide and stay.
 func (nodeTablesStep) del(*attachment) error { return nil }
 
-// check: CHECK verifies the tables and elements for every owner.
+// check: CHECK verifies the tables and elements.
 func (nodeTablesStep) check(*attachment) error { return nil }
-
-func (nodeTablesStep) tables(conf *config.NetConf) []*nft.Table {
-	if conf.ProbeSNAT == nil && !conf.EgressEnabled() {
-		return nil
-	}
-	return nodetables.Tables(conf, nodetables.ReadEnv(conf))
-}
-
-func (nodeTablesStep) elements(conf *config.NetConf, rec *state.Record) nft.Elements {
-	return nodetables.Elements(conf, rec)
-}

@@ -10,8 +10,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
-	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
@@ -236,26 +234,4 @@ func (vlanStep) check(a *attachment) error {
 		}
 	}
 	return nil
-}
-
-// tables: the bridge port check table, on nodes where VLANs are allowed at all.
-func (vlanStep) tables(conf *config.NetConf) []*nft.Table {
-	if len(conf.AllowedVLANSet) == 0 {
-		return nil
-	}
-	return []*nft.Table{vlanbridge.PortCheckTable()}
-}
-
-// elements pin the port of an ordinary pod with static VLAN addresses to
-// its MAC and addresses.
-func (vlanStep) elements(_ *config.NetConf, rec *state.Record) nft.Elements {
-	v := rec.VLAN
-	if v == nil || !v.PortCheck {
-		return nft.Elements{}
-	}
-	name := rec.PodNamespace + "/" + rec.PodName
-	if rec.PodName == "" {
-		name = rec.ContainerID
-	}
-	return vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, name)
 }

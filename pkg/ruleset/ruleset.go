@@ -1,0 +1,118 @@
+// Package ruleset is podwire's whole desired nftables ruleset as a value,
+// and the verify-and-repair that the plugin's verbs and the node agent share.
+//
+// Tables and Elements are pure: from the config, a snapshot of the node
+// (nodetables.Env, read once per invocation by nodetables.ReadEnv) and the
+// attachment records, they return the tables (source check, bridge port
+// check, probe SNAT, egress) and the set elements; they do no I/O. Ensure
+// (every ADD) and Repair (the node agent's periodic full verify) apply them
+// through pkg/nft, reading only podwire's own objects.
+package ruleset
+
+import (
+	"fmt"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/sourcecheck"
+	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// Tables are the tables conf wants on a node described by env, in a stable
+// order: the source check (when sourceCheck is on), the bridge port check
+// (when VLANs are allowed at all), then the node tables.
+func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
+	var out []*nft.Table
+	if conf.SourceCheckEnabled() {
+		out = append(out, sourcecheck.Table())
+	}
+	if len(conf.AllowedVLANSet) > 0 {
+		out = append(out, vlanbridge.PortCheckTable())
+	}
+	return append(out, nodetables.Tables(conf, env)...)
+}
+
+// Known are every table podwire may own: a present one that the config no
+// longer wants is deleted by Ensure.
+func Known() []nft.ID {
+	return append([]nft.ID{sourcecheck.ID, vlanbridge.PortCheckID}, nodetables.IDs()...)
+}
+
+// Elements are the set elements of one attachment. The source check's
+// follow the config, not rec.SourceCheck: turning the check on rebuilds the
+// table with every ordinary pod's elements.
+func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
+	e := nft.Elements{}
+	if v := rec.VLAN; v != nil && v.PortCheck {
+		e.Merge(vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, rec.PodRef()))
+	}
+	if conf.SourceCheckEnabled() && !rec.Forwarding {
+		e.Merge(sourcecheck.Elements(sourcecheck.Pod{
+			HostIfName:      rec.HostIfName,
+			Addresses:       rec.Addresses,
+			AllowedPrefixes: rec.AllowedSourcePrefixes,
+			Name:            rec.PodRef(),
+		}))
+	}
+	e.Merge(nodetables.Elements(conf, rec))
+	return e
+}
+
+// AllElements are the set elements of every record.
+func AllElements(conf *config.NetConf, recs []*state.Record) nft.Elements {
+	e := nft.Elements{}
+	for _, r := range recs {
+		e.Merge(Elements(conf, r))
+	}
+	return e
+}
+
+// Ensure is what every ADD does: verify the tables by content and rebuild
+// what differs under the node lock, every record's elements re-added (the
+// records are read under the lock; unreadable ones are skipped and
+// reported through skipped, so that one bad file does not stop the node).
+func Ensure(c nft.Conn, want []*nft.Table, store *state.Store, conf *config.NetConf,
+	lock func() (func(), error), skipped func(error)) (nft.Report, error) {
+	return nft.Ensure(c, want, Known(), lock, func() (nft.Elements, error) {
+		recs, err := store.List()
+		if err != nil && skipped != nil {
+			skipped(err)
+		}
+		return AllElements(conf, recs), nil
+	})
+}
+
+// Repair is the node agent's periodic full verify: Ensure, then every
+// record's elements checked (one dump per set) and the missing ones added
+// back in one batch. It returns what it found and did; Missing is the
+// number of elements it re-added.
+func Repair(c nft.Conn, conf *config.NetConf, env nodetables.Env, store *state.Store) (rep nft.Report, missing int, err error) {
+	want := Tables(conf, env)
+	rep, err = Ensure(c, want, store, conf, store.Lock, nil)
+	if err != nil {
+		return rep, 0, err
+	}
+	unlock, err := store.Lock()
+	if err != nil {
+		return rep, 0, err
+	}
+	defer unlock()
+	recs, _ := store.List()
+	lost, err := nft.MissingElements(c, want, AllElements(conf, recs))
+	if err != nil {
+		return rep, 0, err
+	}
+	for _, sets := range lost {
+		for _, els := range sets {
+			missing += len(els)
+		}
+	}
+	if missing > 0 {
+		if err := nft.AddElements(c, want, lost); err != nil {
+			return rep, 0, fmt.Errorf("failed to re-add %d missing elements: %w", missing, err)
+		}
+	}
+	return rep, missing, nil
+}
