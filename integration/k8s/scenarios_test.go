@@ -98,7 +98,16 @@ spec:
 	kubectl(t, manifest, "apply", "-f", "-")
 	t.Cleanup(func() {
 		kubectl(t, "", "delete", "deployment", "-n", allowedNS, "router", "--wait=true", "--timeout=60s")
-		kubectl(t, "", "wait", "-n", allowedNS, "--for=delete", "pod", "-l", "app=router", "--timeout=90s")
+		// Its pods go with the ReplicaSet, asynchronously.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			if out, err := c.Kubectl(ctx, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "name"); err == nil && out == "" {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Errorf("the pods of deployment %s/router were not deleted", allowedNS)
 	})
 	kubectl(t, "", "rollout", "status", "-n", allowedNS, "deployment/router", "--timeout=90s")
 	name := kubectl(t, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "jsonpath={.items[0].metadata.name}")
@@ -226,7 +235,10 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 		t.Fatalf("the server outside saw source %s, want the node's egress IP %s", src, egressIP)
 	}
 	src, err = udpExchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7003), 10*time.Second)
-	if err == nil && src != p.ip.String() {
+	if err != nil {
+		t.Fatalf("pod %s did not reach %s: %v", p.ip, cluster.OutsideIP, err)
+	}
+	if src != p.ip.String() {
 		t.Fatalf("traffic to %s (in exceptCIDRs) left with source %s, want the pod's %s", cluster.OutsideIP, src, p.ip)
 	}
 	t.Logf("to %s: source %s (egress IP); to %s (exceptCIDRs): source %s", serverIP, egressIP, cluster.OutsideIP, src)

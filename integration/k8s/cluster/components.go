@@ -107,7 +107,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		"--name=default", "--data-dir="+filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-		"--initial-cluster=default=http://127.0.0.1:2380", "--listen-metrics-urls=",
+		"--initial-cluster=default=http://127.0.0.1:2380",
 		"--unsafe-no-fsync", "--log-level=warn")
 	if err != nil {
 		return err
