@@ -18,6 +18,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // inNetNS runs fn on a thread in the network namespace at path.
@@ -123,15 +124,24 @@ func setSysctls(kv map[string]string) error {
 }
 
 // removeNetwork deletes both namespaces (the veth pair goes with them).
+// A plain unmount can fail with EBUSY while the holder's mount namespace,
+// which copied the bind mount, is being torn down: then it is detached
+// lazily.
 func (c *Cluster) removeNetwork() error {
 	var errs []error
 	for _, p := range []string{c.NodeNetNS, c.OutsideNetNS} {
 		if p == "" {
 			continue
 		}
-		if n, err := ns.GetNS(p); err == nil {
-			errs = append(errs, testutils.UnmountNS(n))
-			n.Close()
+		err := unix.Unmount(p, 0)
+		if err == unix.EBUSY {
+			err = unix.Unmount(p, unix.MNT_DETACH)
+		}
+		if err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			errs = append(errs, fmt.Errorf("failed to unmount %s: %w", p, err))
+		}
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
