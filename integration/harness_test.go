@@ -31,8 +31,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// specVersions are the CNI spec versions every verb is tested with.
-var specVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+// specVersions are the CNI spec versions every verb is tested with: 0.3.x
+// because the stock flannel, Calico and Cilium conflists declare 0.3.1.
+var specVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// hasCheck reports whether spec version v has the CHECK verb (0.4.0 and
+// later; libcni refuses CHECK for older lists before any plugin runs).
+func hasCheck(v string) bool { return v != "0.3.0" && v != "0.3.1" }
 
 var (
 	podwireBin string
@@ -79,6 +84,9 @@ type node struct {
 	// ptpIPMasq turns on ptp's ipMasq (a primary plugin's masquerade at
 	// srcnat, which podwire's egress SNAT must win over).
 	ptpIPMasq bool
+	// primary, when set, replaces ptp as the chain's first plugin (its
+	// IPAM included), e.g. the reference bridge plugin.
+	primary map[string]any
 }
 
 // newNode makes a node netns; the test's cleanup removes it and, since the
@@ -134,26 +142,27 @@ func (n *node) conflist(version string, podwire map[string]any) *libcni.NetworkC
 	for k, v := range podwire {
 		pw[k] = v
 	}
+	first := n.primary
+	if first == nil {
+		first = map[string]any{
+			"type":   "ptp",
+			"ipMasq": n.ptpIPMasq,
+			"mtu":    1500,
+			"ipam": map[string]any{
+				"type":    "host-local",
+				"dataDir": filepath.Join(n.dir, "ipam"),
+				"ranges": []any{
+					[]any{map[string]string{"subnet": n.v4Pool}},
+					[]any{map[string]string{"subnet": n.v6Pool}},
+				},
+				"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
+			},
+		}
+	}
 	list := map[string]any{
 		"cniVersion": version,
 		"name":       "podwire-test",
-		"plugins": []any{
-			map[string]any{
-				"type":   "ptp",
-				"ipMasq": n.ptpIPMasq,
-				"mtu":    1500,
-				"ipam": map[string]any{
-					"type":    "host-local",
-					"dataDir": filepath.Join(n.dir, "ipam"),
-					"ranges": []any{
-						[]any{map[string]string{"subnet": n.v4Pool}},
-						[]any{map[string]string{"subnet": n.v6Pool}},
-					},
-					"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}},
-				},
-			},
-			pw,
-		},
+		"plugins":    []any{first, pw},
 	}
 	b, err := json.Marshal(list)
 	if err != nil {

@@ -100,3 +100,34 @@ func TestSourceCheckAllowsLinkLocal(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceCheckInStock031Chain: in a chain at cniVersion 0.3.1 (what the
+// flannel, Calico and Cilium installers write) podwire wires the pod: its
+// own traffic passes, a spoofed source is dropped, and both of a runtime's
+// DELs (the second without netns and prevResult) succeed.
+func TestSourceCheckInStock031Chain(t *testing.T) {
+	n := newNode(t)
+	be := n.newBackend()
+	srv := listenTCP(t, be.ns, "[::]:0")
+	dst := netip.AddrPortFrom(be.v4, srv.port())
+	p := n.mustAddPod(podSpec{version: "0.3.1"})
+	if p.version != "0.3.1" {
+		t.Fatalf("result cniVersion %q, want 0.3.1", p.version)
+	}
+	if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.v4, dst, time.Second) }); err != nil {
+		t.Fatalf("pod's own traffic from %s: %v", p.v4, err)
+	}
+	spoof := spoofSetup(t, n, p, false)
+	if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil || srv.sawPeer(spoof) {
+		t.Fatalf("spoofed source %s passed the node in a 0.3.1 chain", spoof)
+	}
+	if err := p.del(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if err := p.delNoNetns(); err != nil {
+		t.Fatalf("second DEL without netns and prevResult: %v", err)
+	}
+	if got := n.records(); len(got) != 0 {
+		t.Fatalf("records after DEL: %v", got)
+	}
+}

@@ -34,6 +34,16 @@ const (
 	ProbeSNATPresetAzure = "azure"
 )
 
+// SupportedVersions are the CNI spec versions podwire answers to, oldest
+// first. 0.3.0 and 0.3.1 are there because the stock conflists of flannel
+// (kube-flannel.yml), Calico's install-cni and Cilium's chaining examples
+// still declare "cniVersion": "0.3.1": without them no pod on such a node
+// could start or be deleted. Results are printed in the version of the
+// config (types/040 conversions for 0.3.x and 0.4.0); CHECK is not part of
+// 0.3.x, and the CNI library refuses it for those versions before podwire
+// runs.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
 // The Azure IPv6 health-probe pair, as AKS deploys it: the probe arrives from
 // the link-local FROM address, which the kernel would drop before routing, and
 // is rewritten to the global TO address (and back on the way out).
@@ -52,21 +62,27 @@ type NetConf struct {
 	// Attachments is the older spelling of cni.dev/valid-attachments for GC.
 	Attachments []types.GCAttachment `json:"cni.dev/attachments,omitempty"`
 
-	LogFile      string     `json:"logFile,omitempty"`
-	StateDir     string     `json:"stateDir,omitempty"`
-	Kubeconfig   string     `json:"kubeconfig,omitempty"`
-	NodeName     string     `json:"nodeName,omitempty"`
-	Bridge       string     `json:"bridge,omitempty"`
-	Uplink       string     `json:"uplink,omitempty"`
-	MTU          int        `json:"mtu,omitempty"`
-	PodIfName    string     `json:"podIfName,omitempty"`
-	VLAN         int        `json:"vlan,omitempty"`
-	VLANTrunk    string     `json:"vlanTrunk,omitempty"`
-	AllowedVLANs string     `json:"allowedVLANs,omitempty"`
-	SourceCheck  *bool      `json:"sourceCheck,omitempty"`
-	Forwarding   Forwarding `json:"forwarding,omitempty"`
-	ProbeSNAT    *ProbeSNAT `json:"probeSNAT,omitempty"`
-	Egress       *Egress    `json:"egress,omitempty"`
+	LogFile string `json:"logFile,omitempty"`
+	// LogFileMaxSize is the size in MiB at which logFile is rotated (default
+	// 10); LogFileMaxBackups the rotated files kept (default 5);
+	// LogFileMaxAge the days a rotated file is kept (default 0: by count).
+	LogFileMaxSize    int        `json:"logFileMaxSize,omitempty"`
+	LogFileMaxBackups int        `json:"logFileMaxBackups,omitempty"`
+	LogFileMaxAge     int        `json:"logFileMaxAge,omitempty"`
+	StateDir          string     `json:"stateDir,omitempty"`
+	Kubeconfig        string     `json:"kubeconfig,omitempty"`
+	NodeName          string     `json:"nodeName,omitempty"`
+	Bridge            string     `json:"bridge,omitempty"`
+	Uplink            string     `json:"uplink,omitempty"`
+	MTU               int        `json:"mtu,omitempty"`
+	PodIfName         string     `json:"podIfName,omitempty"`
+	VLAN              int        `json:"vlan,omitempty"`
+	VLANTrunk         string     `json:"vlanTrunk,omitempty"`
+	AllowedVLANs      string     `json:"allowedVLANs,omitempty"`
+	SourceCheck       *bool      `json:"sourceCheck,omitempty"`
+	Forwarding        Forwarding `json:"forwarding,omitempty"`
+	ProbeSNAT         *ProbeSNAT `json:"probeSNAT,omitempty"`
+	Egress            *Egress    `json:"egress,omitempty"`
 
 	// Derived by Parse.
 

@@ -121,6 +121,14 @@ func (c *NetConf) validate() error {
 	if c.Uplink != "" && c.Uplink == c.Bridge {
 		return Invalid("uplink", c.Uplink, "is the bridge itself")
 	}
+	for _, l := range []struct {
+		key string
+		v   int
+	}{{"logFileMaxSize", c.LogFileMaxSize}, {"logFileMaxBackups", c.LogFileMaxBackups}, {"logFileMaxAge", c.LogFileMaxAge}} {
+		if l.v < 0 {
+			return Invalid(l.key, l.v, "must be 0 (the default) or more")
+		}
+	}
 	if c.MTU != 0 && (c.MTU < MinMTU || c.MTU > MaxMTU) {
 		return Invalid("mtu", c.MTU, "must be 0 (from the uplink) or %d..%d bytes", MinMTU, MaxMTU)
 	}

@@ -9,7 +9,7 @@
 // it is refused with a hint, or converted to a conflist when asked.
 //
 // Limits: one podwire entry per conflist; the list's cniVersion must be one
-// podwire supports (0.4.0 or later); plugin files loaded from a
+// podwire supports (config.SupportedVersions); plugin files loaded from a
 // directory named after the network (libcni's loadOnlyInlinedPlugins=false
 // extension) are not edited.
 package install
@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
 const (
@@ -30,12 +32,13 @@ const (
 	// AnnotationsCapability is the capability through which containerd
 	// (>= 1.5) and CRI-O pass the pod's annotations in runtimeConfig.
 	AnnotationsCapability = "io.kubernetes.cri.pod-annotations"
-	// minCNIVersion is the oldest spec version podwire answers to.
-	minCNIVersion = "0.4.0"
 )
 
 // SupportedVersions lists the CNI spec versions podwire implements.
-var SupportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}
+var SupportedVersions = config.SupportedVersions
+
+// minCNIVersion is the oldest spec version podwire answers to.
+var minCNIVersion = SupportedVersions[0]
 
 // SingleConfError is returned when the file to edit is a single-plugin
 // network config (.conf): there is no chain to append podwire to.

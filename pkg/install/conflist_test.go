@@ -104,7 +104,21 @@ func TestAddEntry(t *testing.T) {
 			in: `{"cniVersions":["0.3.1","1.0.0"],"name":"n","plugins":[{"type":"ptp"}]}`,
 		},
 		{name: "single conf refused", in: `{"cniVersion":"1.0.0","name":"n","type":"bridge"}`, wantErr: "--convert"},
-		{name: "old cniVersion refused", in: flannel031, wantErr: `raise "cniVersion"`},
+		{
+			// The stock flannel list (kube-flannel.yml) is at 0.3.1: podwire
+			// goes at its end and the list keeps its version.
+			name: "stock flannel list at 0.3.1 accepted", in: flannel031, wantChanged: true,
+			check: func(t *testing.T, out []byte) {
+				p := plugins(t, out)
+				if len(p) != 2 || p[1]["type"] != "podwire" {
+					t.Fatalf("want podwire appended, got %v", p)
+				}
+				if !strings.Contains(string(out), `"cniVersion": "0.3.1"`) {
+					t.Errorf("cniVersion changed: %s", out)
+				}
+			},
+		},
+		{name: "old cniVersion refused", in: `{"cniVersion":"0.2.0","name":"n","plugins":[{"type":"ptp"}]}`, wantErr: `raise "cniVersion"`},
 		{name: "missing cniVersion refused", in: `{"name":"n","plugins":[{"type":"ptp"}]}`, wantErr: `no "cniVersion"`},
 		{name: "two podwire entries refused", in: `{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"podwire"},{"type":"podwire"}]}`, wantErr: "more than one"},
 		{name: "plugin without type refused", in: `{"cniVersion":"1.0.0","name":"n","plugins":[{"mtu":1}]}`, wantErr: `plugin 0: entry has no "type"`},

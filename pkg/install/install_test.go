@@ -114,7 +114,7 @@ func TestInstallRefusesWithoutChanges(t *testing.T) {
 		wantErr string
 	}{
 		{name: "single conf", file: "10-bridge.conf", content: `{"cniVersion":"1.0.0","name":"n","type":"bridge"}`, wantErr: "--convert"},
-		{name: "old version", file: "10-flannel.conflist", content: flannel031, wantErr: "0.3.1"},
+		{name: "old version", file: "10-flannel.conflist", content: strings.Replace(flannel031, "0.3.1", "0.2.0", 1), wantErr: "0.2.0"},
 		{name: "bad config", file: "10-ptp.conflist", content: ptpList, config: `{"type":"ptp"}`, wantErr: `"type" is "ptp"`},
 	}
 	for _, tc := range tests {

@@ -1,90 +1,103 @@
 package neigh
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
-	"syscall"
+	"os"
+	"time"
 
-	"github.com/j-keck/arping"
-	"golang.org/x/net/icmp"
-	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
+	"github.com/vishvananda/netlink"
 )
 
-// allNodes is the link-local all-nodes multicast group, ff02::1.
-var allNodes = net.ParseIP("ff02::1")
+// notifySysctls are the per-interface switches of the kernel's own
+// announcements (Documentation/networking/ip-sysctl.rst: arp_notify,
+// ndisc_notify), as paths under /proc/sys with %s for the interface name
+// (slashes, so that a name with a dot works).
+var notifySysctls = []string{"net/ipv4/conf/%s/arp_notify", "net/ipv6/conf/%s/ndisc_notify"}
 
-// Announce sends one announcement per address of ifName: gratuitous ARP for
-// IPv4, unsolicited NA for IPv6. It tries every address and returns all errors.
-func Announce(ifName string, addrs []netip.Addr) error {
-	var errs []error
-	for _, a := range addrs {
-		var err error
-		if a.Is4() || a.Is4In6() {
-			err = GratuitousARP(ifName, a.Unmap())
-		} else {
-			err = UnsolicitedNA(ifName, a)
+// Announce makes the kernel announce every address of ifName, in the calling
+// thread's netns (call it inside ns.Do of the pod's netns): a gratuitous ARP
+// per IPv4 address and an unsolicited NA per non-tentative IPv6 address, sent
+// before Announce returns. It sets arp_notify and ndisc_notify on ifName
+// (an interface without IPv6 has no ndisc_notify: skipped), then sets its MAC
+// to its current value, and puts back the permanent neighbour entries of
+// ifName that this flushes. ifName must be up.
+func Announce(ifName string) error {
+	link, err := netlink.LinkByName(ifName)
+	if err != nil {
+		return fmt.Errorf("failed to find %q to announce it: %w", ifName, err)
+	}
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		return fmt.Errorf("interface %q is down: nothing to announce", ifName)
+	}
+	for _, key := range notifySysctls {
+		// A plain write: sysctl.Sysctl would read the value back, two more
+		// syscalls for nothing.
+		key = "/proc/sys/" + fmt.Sprintf(key, ifName)
+		if err := os.WriteFile(key, []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("failed to set %s: %w", key, err)
 		}
-		if err != nil {
-			errs = append(errs, err)
+	}
+	perm, err := permanentNeighbours(link.Attrs().Index)
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetHardwareAddr(link, link.Attrs().HardwareAddr); err != nil {
+		return fmt.Errorf("failed to set the MAC of %q to %s (its own, to announce it): %w",
+			ifName, link.Attrs().HardwareAddr, err)
+	}
+	var errs []error
+	for i := range perm {
+		if err := netlink.NeighSet(&perm[i]); err != nil {
+			errs = append(errs, fmt.Errorf("failed to restore permanent neighbour %s on %q: %w", perm[i].IP, ifName, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// GratuitousARP broadcasts an ARP request for addr from addr on ifName.
-func GratuitousARP(ifName string, addr netip.Addr) error {
-	if err := arping.GratuitousArpOverIfaceByName(addr.AsSlice(), ifName); err != nil {
-		return fmt.Errorf("failed to send gratuitous ARP for %s on %q: %w", addr, ifName, err)
+// permanentNeighbours lists the permanent neighbour entries (both families)
+// of the interface index. A dump interrupted by a concurrent change is
+// retried.
+func permanentNeighbours(index int) ([]netlink.Neigh, error) {
+	var all []netlink.Neigh
+	var err error
+	for range 3 {
+		if all, err = netlink.NeighList(index, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("failed to list neighbours of interface %d: %w", index, err)
+	}
+	var perm []netlink.Neigh
+	for _, n := range all {
+		if n.State&netlink.NUD_PERMANENT != 0 && n.LinkIndex == index {
+			perm = append(perm, n)
+		}
+	}
+	return perm, nil
 }
 
-// UnsolicitedNA multicasts a neighbour advertisement of addr to ff02::1 on
-// ifName, from addr itself. The socket is bound with IPV6_FREEBIND, so an
-// address still in duplicate address detection can be announced too. The
-// kernel fills in the ICMPv6 checksum (RFC 3542, 3.1).
-func UnsolicitedNA(ifName string, addr netip.Addr) error {
-	iface, err := net.InterfaceByName(ifName)
-	if err != nil {
-		return fmt.Errorf("failed to look up %q for the neighbour advertisement of %s: %w", ifName, addr, err)
-	}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
-		}); err != nil {
-			return err
+// WaitOperUp waits, polling every millisecond for at most timeout, until the
+// interface name in the calling thread's netns is operationally up. For a
+// bridge port this means the bridge forwards on it: the link watch work sets
+// the operational state and enables the port in one RTNL section
+// (linkwatch_do_dev, then NETDEV_CHANGE to br_device_event), and any later
+// RTM_SETLINK waits for RTNL.
+func WaitOperUp(name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("failed to find %q: %w", name, err)
 		}
-		return serr
-	}}
-	src := &net.IPAddr{IP: addr.AsSlice()}
-	if addr.Is6() && addr.IsLinkLocalUnicast() {
-		src.Zone = ifName
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%q is still %s after %s", name, l.Attrs().OperState, timeout)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	conn, err := lc.ListenPacket(context.Background(), "ip6:ipv6-icmp", src.String())
-	if err != nil {
-		return fmt.Errorf("failed to open an ICMPv6 socket on %s: %w", addr, err)
-	}
-	defer conn.Close()
-	p := ipv6.NewPacketConn(conn)
-	if err := p.SetMulticastHopLimit(255); err != nil {
-		return fmt.Errorf("failed to set hop limit 255 on %q: %w", ifName, err)
-	}
-	if err := p.SetMulticastInterface(iface); err != nil {
-		return fmt.Errorf("failed to set multicast interface %q: %w", ifName, err)
-	}
-	msg := icmp.Message{Type: ipv6.ICMPTypeNeighborAdvertisement, Body: &icmp.RawBody{Data: naBody(addr, iface.HardwareAddr)}}
-	b, err := msg.Marshal(nil)
-	if err != nil {
-		return err
-	}
-	cm := &ipv6.ControlMessage{HopLimit: 255, IfIndex: iface.Index}
-	if _, err := p.WriteTo(b, cm, &net.IPAddr{IP: allNodes, Zone: ifName}); err != nil {
-		return fmt.Errorf("failed to send neighbour advertisement of %s on %q: %w", addr, ifName, err)
-	}
-	return nil
 }

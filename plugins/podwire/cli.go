@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
 // cliCommand is one subcommand of the operator CLI.
@@ -47,8 +49,6 @@ func usage(w io.Writer) {
 }
 
 func cliVersion(_ []string, stdout, _ io.Writer) int {
-	fmt.Fprintf(stdout, "podwire %s\nCNI spec versions: %s\n", Version, strings.Join(supportedVersions, ", "))
+	fmt.Fprintf(stdout, "podwire %s\nCNI spec versions: %s\n", Version, strings.Join(config.SupportedVersions, ", "))
 	return 0
 }
-
-var supportedVersions = []string{"0.4.0", "1.0.0", "1.1.0"}

@@ -15,10 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/forwarding"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
-	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -158,7 +156,6 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	if warn != "" {
 		st.Warnings = append(st.Warnings, warn)
 	}
-	st.Warnings = append(st.Warnings, conf.Warnings...)
 
 	if err := st.readTables(conf); err != nil {
 		st.Warnings = append(st.Warnings, err.Error())
@@ -171,10 +168,13 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	for _, r := range recs {
 		st.Attachments = append(st.Attachments, attachmentFromRecord(r))
 	}
-	if w := forwarding.RPFilterWarning(); w != "" {
-		st.Warnings = append(st.Warnings, w)
+	// The same health STATUS answers from (health.go); the tables' own
+	// state is read above.
+	h := readHealth(conf, nil)
+	for _, u := range h.Unavailable {
+		st.Warnings = append(st.Warnings, "STATUS fails (error 50), no pod can be added: "+u)
 	}
-	st.Warnings = append(st.Warnings, nodetables.Warnings(conf)...)
+	st.Warnings = append(st.Warnings, h.Warnings...)
 	return st, nil
 }
 
@@ -236,8 +236,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 	st.Uplink = &linkStatus{Name: conf.Uplink}
 	up, err := netlink.LinkByName(conf.Uplink)
 	if err != nil {
-		st.Warnings = append(st.Warnings, fmt.Sprintf("uplink %q missing: VLAN pods cannot be wired (STATUS reports 50)", conf.Uplink))
-		return
+		return // a warning of readHealth
 	}
 	st.Uplink.Present = true
 	st.Uplink.Up = up.Attrs().Flags&1 != 0

@@ -38,7 +38,8 @@ func TestCLIStatus(t *testing.T) {
 	}
 	conflist := filepath.Join(dir, "net.conflist")
 	if err := os.WriteFile(conflist, []byte(`{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"ptp"},
-		{"type":"podwire","stateDir":"`+stateDir+`","uplink":"nope0","egress":{"ips":["203.0.113.10"]}}]}`), 0o644); err != nil {
+		{"type":"podwire","stateDir":"`+stateDir+`","uplink":"nope0","egress":{"ips":["203.0.113.10"]},
+		"forwarding":{"namespaces":["nf-*"]}}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 

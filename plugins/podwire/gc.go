@@ -5,24 +5,27 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
 // cmdGC removes every resource of attachments that are not valid (CNI 1.1
 // GC). The valid list is cni.dev/valid-attachments, or the older
-// cni.dev/attachments. When the runtime sends neither key, GC removes
-// nothing: an absent list means "unknown", not "none" (deleting every pod's
-// state on a malformed request would cut every pod off). GC carries on past
-// errors and reports them all.
+// cni.dev/attachments; a key present with the value null means that none is
+// valid (config.GCValidAttachments cites what libcni sends). When the
+// runtime sends neither key, GC removes nothing: an absent list means
+// "unknown", not "none" (deleting every pod's state on a malformed request
+// would cut every pod off). GC carries on past errors and reports them all.
 func cmdGC(args *skel.CmdArgs) error {
 	a, err := newAttachment(args, "GC")
 	if err != nil {
 		return err
 	}
-	valid := a.conf.ValidAttachments
-	if valid == nil {
-		valid = a.conf.Attachments
+	valid, sent, err := config.GCValidAttachments(args.StdinData)
+	if err != nil {
+		return err
 	}
-	if valid == nil {
+	if !sent {
 		a.log.Warn("GC without cni.dev/valid-attachments: nothing removed")
 		return nil
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -33,5 +35,5 @@ func main() {
 		Check:  cmdCheck,
 		Status: cmdStatus,
 		GC:     cmdGC,
-	}, version.PluginSupports(supportedVersions...), "podwire "+Version)
+	}, version.PluginSupports(config.SupportedVersions...), "podwire "+Version)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/logfile"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
@@ -97,9 +98,11 @@ func newAttachment(args *skel.CmdArgs, verb string) (*attachment, error) {
 		return nil, err
 	}
 	a := &attachment{args: args, conf: conf, store: state.New(conf.StateDir)}
-	a.log = newLogger(conf.LogFile).With("verb", verb, "containerID", args.ContainerID, "ifname", args.IfName)
-	for _, w := range conf.Warnings {
-		a.log.Warn(w)
+	a.log = newLogger(conf).With("verb", verb, "containerID", args.ContainerID, "ifname", args.IfName)
+	if verb != "STATUS" { // STATUS logs warnings once per change (status.go)
+		for _, w := range conf.Warnings {
+			a.log.Warn(w)
+		}
 	}
 	if a.pod, err = podmeta.IdentityFromArgs(args.Args); err != nil {
 		if verb == "ADD" {
@@ -127,14 +130,17 @@ func (a *attachment) conn() (nft.Conn, error) {
 	return a.nft, nil
 }
 
-// newLogger writes to path (appending, 0600) or to stderr when path is empty
-// or cannot be opened. Never stdout: it carries the CNI result.
-func newLogger(path string) *slog.Logger {
+// newLogger writes to the config's logFile, rotated at its size limit
+// (pkg/logfile: safe for the many plugin processes a runtime runs at once),
+// or to stderr when there is none. Never stdout: it carries the CNI result.
+func newLogger(conf *config.NetConf) *slog.Logger {
 	var w io.Writer = os.Stderr
-	if path != "" {
-		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
-			w = f
-		}
+	if conf.LogFile != "" {
+		w = logfile.Open(conf.LogFile, logfile.Options{
+			MaxSizeBytes: int64(conf.LogFileMaxSize) << 20,
+			MaxBackups:   conf.LogFileMaxBackups,
+			MaxAgeDays:   conf.LogFileMaxAge,
+		})
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

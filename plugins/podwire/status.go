@@ -1,53 +1,49 @@
 package main
 
 import (
-	"fmt"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/vishvananda/netlink"
-
-	"github.com/podwire/podwire/pkg/forwarding"
 )
 
-// cmdStatus answers whether ADD can work (CNI 1.1 STATUS): nil when it can,
-// error 50 (plugin not available) when it cannot: nftables unusable, or the
-// configured uplink missing.
+// cmdStatus answers whether ADD can work (CNI 1.1 STATUS): nil while an
+// ordinary pod's ADD can, error 50 (plugin not available) only when none can
+// (see health). Warnings are logged once per change and nothing is logged
+// when nothing changed: kubelets poll STATUS every few seconds.
 func cmdStatus(args *skel.CmdArgs) error {
 	a, err := newAttachment(args, "STATUS")
 	if err != nil {
 		return err
 	}
-	for _, p := range statusProblems(a) {
-		a.log.Error("STATUS: plugin not available", "problem", p)
-		return types.NewError(types.ErrPluginNotAvailable, p, "")
+	h := readHealth(a.conf, a.nftOK())
+	if len(h.Unavailable) > 0 {
+		// Logged each time: the node is NotReady until this is fixed.
+		a.log.Error("STATUS: plugin not available", "problems", h.Unavailable)
+		return types.NewError(types.ErrPluginNotAvailable, strings.Join(h.Unavailable, "; "), "")
 	}
-	// Not a reason to refuse ADD, but said loudly (DESIGN.md, rp_filter):
-	// forwarding pods cannot forward IPv4 while all.rp_filter > 0.
-	if len(a.conf.Forwarding.Namespaces) > 0 {
-		if w := forwarding.RPFilterWarning(); w != "" {
-			a.log.Warn(w)
+	if warningsChanged(a.conf.StateDir, h.Warnings) {
+		if len(h.Warnings) == 0 {
+			a.log.Info("STATUS: warnings cleared")
+		}
+		for _, w := range h.Warnings {
+			a.log.Warn("STATUS: " + w)
 		}
 	}
 	return nil
 }
 
-// statusProblems lists what stops ADD from working on this node.
-func statusProblems(a *attachment) []string {
-	var out []string
-	if len(a.tables()) > 0 {
+// nftOK returns the nftables probe for readHealth: nil when the config
+// wants no node tables (ADD then never touches nftables).
+func (a *attachment) nftOK() func() error {
+	if len(a.tables()) == 0 {
+		return nil
+	}
+	return func() error {
 		c, err := a.conn()
 		if err == nil {
 			_, err = c.ListTables()
 		}
-		if err != nil {
-			out = append(out, fmt.Sprintf("nftables unusable: %v", err))
-		}
+		return err
 	}
-	if a.conf.Uplink != "" {
-		if _, err := netlink.LinkByName(a.conf.Uplink); err != nil {
-			out = append(out, fmt.Sprintf("uplink %q missing: %v", a.conf.Uplink, err))
-		}
-	}
-	return out
 }

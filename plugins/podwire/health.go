@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// health is what podwire says about the node, for STATUS and for
+// `podwire status` alike.
+//
+// A runtime turns a STATUS error into NetworkReady=false, which marks the
+// whole node NotReady: so only what stops every ADD is Unavailable
+// (nftables unusable, stateDir unwritable). Everything that fails some ADDs
+// or weakens a feature is a Warning: a missing or unusable VLAN uplink fails
+// only the ADD of a pod that needs a VLAN (naming the uplink), an rp_filter
+// that voids forwarding pods' relaxation, an egress IP not on the node.
+type health struct {
+	// Unavailable are the reasons no ADD can work (STATUS error 50).
+	Unavailable []string
+	// Warnings never fail STATUS.
+	Warnings []string
+}
+
+// readHealth reads the node's health for conf in the current netns. nftOK
+// reports whether nftables answers (nil when it does), or is nil when the
+// config wants no node tables.
+func readHealth(conf *config.NetConf, nftOK func() error) health {
+	var h health
+	if nftOK != nil {
+		if err := nftOK(); err != nil {
+			h.Unavailable = append(h.Unavailable, fmt.Sprintf("nftables unusable: %v", err))
+		}
+	}
+	if err := stateDirWritable(conf.StateDir); err != nil {
+		h.Unavailable = append(h.Unavailable, fmt.Sprintf("stateDir %q unwritable: %v", conf.StateDir, err))
+	}
+	h.Warnings = append(h.Warnings, conf.Warnings...)
+	if conf.Uplink != "" {
+		if _, err := netlink.LinkByName(conf.Uplink); err != nil {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink %q missing: the ADD of pods that need a VLAN fails until it is back; other pods are not affected", conf.Uplink))
+		} else if _, err := vlanbridge.CheckUplinkAddresses(conf.Uplink); err != nil {
+			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err))
+		}
+	}
+	if len(conf.Forwarding.Namespaces) > 0 {
+		if w := forwarding.RPFilterWarning(); w != "" {
+			h.Warnings = append(h.Warnings, w)
+		}
+	}
+	h.Warnings = append(h.Warnings, nodetables.Warnings(conf)...)
+	return h
+}
+
+// stateDirWritable creates and removes a file in dir (creating dir first,
+// as ADD would).
+func stateDirWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".status-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// statusDigestFile holds the warnings STATUS last logged, so that STATUS
+// (polled by a kubelet every few seconds) logs only when they change.
+const statusDigestFile = "status-warnings"
+
+// warningsChanged reports whether ws differ from what the last STATUS
+// logged, and records ws when they do (no record yet counts as no
+// warnings). When the record cannot be read or written the answer is true:
+// better a repeated line than a lost warning.
+func warningsChanged(stateDir string, ws []string) bool {
+	path := filepath.Join(stateDir, statusDigestFile)
+	now := strings.Join(ws, "\n")
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return true
+	}
+	// No record yet is the same as "no warnings logged".
+	if string(old) == now {
+		return false
+	}
+	tmp, err := os.CreateTemp(stateDir, "."+statusDigestFile+"-*")
+	if err != nil {
+		return true
+	}
+	_, werr := tmp.WriteString(now)
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
+		os.Remove(tmp.Name())
+	}
+	return true
+}
