@@ -110,13 +110,19 @@ func sendFrom(nsPath string, src netip.Addr, dst netip.AddrPort, payload string,
 	})
 }
 
-// udpEchoServer answers every datagram on port in nsPath with the source
-// address it saw and the payload, until the test ends.
-func udpEchoServer(t *testing.T, nsPath string, port int) {
+// udpEchoServer answers every datagram to addr in nsPath with the source
+// address it saw and the payload, until the test ends. It binds addr, so
+// that its answers leave from the address the client dialed.
+func udpEchoServer(t *testing.T, nsPath string, addr netip.AddrPort) {
 	t.Helper()
-	conn, err := udpListen(nsPath, port)
+	var conn *net.UDPConn
+	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		var err error
+		conn, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+		return err
+	})
 	if err != nil {
-		t.Fatalf("failed to listen on UDP %d: %v", port, err)
+		t.Fatalf("failed to listen on UDP %s: %v", addr, err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	go func() {

@@ -116,7 +116,7 @@ spec:
 	// The client network: a netns behind the router pod, 198.51.100.2 with
 	// the router's 198.51.100.1 as its gateway.
 	client := clientBehind(t, router, "198.51.100.1/24", "198.51.100.2/24")
-	udpEchoServer(t, c.OutsideNetNS, 7002)
+	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
 	src, err := udpExchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
 	if err != nil {
 		t.Fatalf("the client behind %s/%s did not reach the server outside the node and back: %v", allowedNS, name, err)
@@ -223,7 +223,8 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("failed to add the server address outside: %v", err)
 	}
-	udpEchoServer(t, c.OutsideNetNS, 7003)
+	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, 7003))
+	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7004))
 	setNodeEgressIP(t, egressIP)
 
 	p := runPod(t, "default", "egress", nil)
@@ -234,7 +235,7 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 	if src != egressIP.String() {
 		t.Fatalf("the server outside saw source %s, want the node's egress IP %s", src, egressIP)
 	}
-	src, err = udpExchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7003), 10*time.Second)
+	src, err = udpExchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7004), 10*time.Second)
 	if err != nil {
 		t.Fatalf("pod %s did not reach %s: %v", p.ip, cluster.OutsideIP, err)
 	}
