@@ -9,10 +9,17 @@ CNI_VERSION := v1.3.1
 TOOLS_DIR := $(CURDIR)/.cache/cni-bin
 REF_PLUGINS := ptp host-local tuning portmap bridge loopback
 
+# The Kubernetes node of integration/k8s: versions named here only. kubelet
+# 1.37 still accepts Debian's containerd 1.6 (1.38 will want containerd 2).
+K8S_VERSION := v1.37.2
+ETCD_VERSION := v3.6.6
+K8S_BIN_DIR := $(CURDIR)/.cache/k8s-$(K8S_VERSION)
+ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
+
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: build image tools test test-unit test-integration test-vm test-e2e demo bench lint fuzz clean
+.PHONY: build image tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint fuzz clean
 
 build:
 	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire ./plugins/podwire
@@ -36,7 +43,7 @@ $(TOOLS_DIR)/.stamp: Makefile
 	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
 	touch $@
 
-test: test-unit test-integration test-e2e test-vm
+test: test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
 	$(GO) test -count=1 ./pkg/... ./plugins/...
@@ -49,6 +56,14 @@ test-vm: build
 
 test-e2e: image tools
 	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar $(GO) test -count=1 -timeout 20m ./integration/cri/
+
+# Built once per version into .cache (about 25 min on 2 cores the first
+# time; seconds when cached).
+k8s-bins:
+	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
+
+test-k8s: build tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
 
 demo: build tools
 	scripts/demo.sh

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the cluster's certificate authority and the files it signed, all
+// under one directory of the run. Keys are ECDSA P-256 (fast to make; every
+// component accepts them, the service-account signer included as ES256).
+type pki struct {
+	dir    string
+	caCert *x509.Certificate
+	caKey  crypto.Signer
+	serial int64
+}
+
+// newPKI makes a self-signed CA valid for a day and writes ca.crt and ca.key.
+func newPKI(dir string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "podwire-k8s-test-ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("failed to self-sign the CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir, caCert: cert, caKey: key, serial: 1}
+	if err := writePEM(p.path("ca.crt"), "CERTIFICATE", der); err != nil {
+		return nil, err
+	}
+	return p, writeKey(p.path("ca.key"), key)
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// issue signs a certificate for cn (organisations orgs; server
+// certificates also get the DNS names and IPs) and writes NAME.crt and
+// NAME.key.
+func (p *pki) issue(name, cn string, orgs []string, server bool, dns []string, ips []net.IP) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+		tmpl.DNSNames, tmpl.IPAddresses = dns, ips
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		return fmt.Errorf("failed to sign the certificate %s: %w", name, err)
+	}
+	if err := writePEM(p.path(name+".crt"), "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writeKey(p.path(name+".key"), key)
+}
+
+// serviceAccountKey writes the service-account signing key pair sa.key
+// and sa.pub.
+func (p *pki) serviceAccountKey() error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(p.path("sa.pub"), "PUBLIC KEY", pub); err != nil {
+		return err
+	}
+	return writeKey(p.path("sa.key"), key)
+}
+
+// kubeconfig writes a kubeconfig for the client certificate NAME.crt
+// against server, with every file embedded.
+func (p *pki) kubeconfig(path, name, server string) error {
+	data := func(f string) (string, error) {
+		b, err := os.ReadFile(p.path(f))
+		return base64.StdEncoding.EncodeToString(b), err
+	}
+	ca, err := data("ca.crt")
+	if err != nil {
+		return err
+	}
+	crt, err := data(name + ".crt")
+	if err != nil {
+		return err
+	}
+	key, err := data(name + ".key")
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: podwire-k8s
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: %s
+  user:
+    client-certificate-data: %s
+    client-key-data: %s
+contexts:
+- name: podwire-k8s
+  context:
+    cluster: podwire-k8s
+    user: %s
+current-context: podwire-k8s
+`, server, ca, name, crt, key, name)
+	return os.WriteFile(path, []byte(cfg), 0o600)
+}
+
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "EC PRIVATE KEY", der)
+}
+
+func writePEM(path, typ string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}

@@ -1,0 +1,228 @@
+// Package k8s is podwire's test on a real single-node Kubernetes cluster
+// (package cluster): pods are created through the API with kubectl, the
+// kubelet runs them over containerd 1.6, the primary is ptp + host-local at
+// cniVersion 0.3.1, and podwire is chained by `podwire install` as an
+// operator does. Every claim is proven with packets between the pods, the
+// node and the network outside it (another netns behind the node's
+// uplink). One cluster serves every test of the package: it is started in
+// TestMain and stopped, with every process, mount and namespace of the run,
+// when the tests end.
+//
+// Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
+// Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD, PODWIRE_BIN,
+// PODWIRE_CNI_BIN.
+package k8s
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/k8s/cluster"
+)
+
+// The run's cluster and podwire's files on its node.
+var (
+	c            *cluster.Cluster
+	podwireBin   string
+	podwireEntry []byte // the entry `podwire install --config` chains
+	stateDir     string
+	readiness    *readinessMonitor
+)
+
+// Test addresses, all inside the run's namespaces.
+var (
+	// routedNet is forwarding.routablePrefixes: the client network behind
+	// a forwarding pod, which the node routes to it (podwire.io/routes).
+	routedNet = netip.MustParsePrefix("198.51.100.0/24")
+	// serverIP is a server outside the node beyond the exceptCIDRs: pod
+	// traffic to it leaves with the node's egress IP.
+	serverIP = netip.MustParseAddr("192.0.2.10")
+	// egressIP is the node's egress address, a second address on its uplink.
+	egressIP = netip.MustParseAddr("10.99.0.10")
+)
+
+// missingUplink is the VLAN uplink the config names and the node never has.
+const missingUplink = "pwk8s-up0"
+
+// allowedNS matches forwarding.namespaces.
+const allowedNS = "nf-k8s"
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	k8sBin, etcd := os.Getenv("PODWIRE_K8S_BIN"), os.Getenv("PODWIRE_ETCD")
+	podwireBin = os.Getenv("PODWIRE_BIN")
+	cniBin := os.Getenv("PODWIRE_CNI_BIN")
+	if k8sBin == "" || etcd == "" || podwireBin == "" || cniBin == "" || os.Geteuid() != 0 {
+		fmt.Println("integration/k8s: needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN and PODWIRE_CNI_BIN: run it with make test-k8s")
+		return 0
+	}
+	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var err error
+	start := time.Now()
+	c, err = cluster.Start(ctx, cluster.Options{
+		K8sBinDir: k8sBin, EtcdBin: etcd, CNIBinDir: cniBin, Logf: logf,
+		OutsideRoutes: []netip.Prefix{routedNet},
+		Keep:          os.Getenv("PODWIRE_K8S_KEEP") != "",
+	})
+	if err != nil {
+		fmt.Printf("FAIL: cluster start: %v\n", err)
+		return 1
+	}
+	defer func() {
+		t0 := time.Now()
+		if err := c.Stop(); err != nil {
+			fmt.Printf("FAIL: cluster stop: %v\n", err)
+		}
+		logf("stopped in %.1fs", time.Since(t0).Seconds())
+	}()
+	logf("up in %.1fs", time.Since(start).Seconds())
+	fmt.Println("versions:")
+	for _, l := range versions(ctx) {
+		fmt.Println("  " + l)
+	}
+	if err := installPodwire(ctx); err != nil {
+		fmt.Printf("FAIL: podwire install: %v\n", err)
+		return 1
+	}
+	readiness = startReadinessMonitor()
+	defer readiness.stop()
+	return m.Run()
+}
+
+// versions adds podwire's and the reference plugins' to the cluster's.
+func versions(ctx context.Context) []string {
+	lines := c.Versions(ctx)
+	out, err := exec.CommandContext(ctx, podwireBin, "version").CombinedOutput()
+	lines = append(lines, fmt.Sprintf("%-24s %s %v", "podwire", strings.TrimSpace(string(out)), errOrEmpty(err)))
+	ptp := exec.CommandContext(ctx, filepath.Join(c.CNIBinDir, "ptp"))
+	ptp.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err = ptp.CombinedOutput()
+	lines = append(lines, fmt.Sprintf("%-24s %s %v", "ptp (VERSION)", strings.TrimSpace(string(out)), errOrEmpty(err)))
+	return lines
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// podwireConfig is podwire's entry on this node: the source check, the
+// forwarding gate (nf-*), egress from the Node annotation (read with the
+// kubelet's own credentials, which the Node authorizer limits to this
+// node), and a VLAN uplink that does not exist on the node.
+func podwireConfig() map[string]any {
+	return map[string]any{
+		"type":         "podwire",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
+		"logFile":      filepath.Join(c.Dir, "podwire.log"),
+		"stateDir":     filepath.Join(c.Dir, "podwire-state"),
+		"sourceCheck":  true,
+		"uplink":       missingUplink,
+		"allowedVLANs": "100-199",
+		"forwarding":   map[string]any{"namespaces": []string{"nf-*"}, "routablePrefixes": []string{routedNet.String()}},
+		"egress": map[string]any{
+			"exceptCIDRs":    []string{cluster.PodCIDR.String(), cluster.ServiceCIDR.String(), cluster.LinkPrefix.String()},
+			"nodeAnnotation": true,
+		},
+		"kubeconfig": c.KubeletKubeconfig,
+		"nodeName":   cluster.NodeName,
+	}
+}
+
+// installPodwire chains podwire into the primary's conflist the way an
+// operator does: `podwire install --bin-dir --conflist --config`.
+func installPodwire(ctx context.Context) error {
+	var err error
+	if podwireEntry, err = json.Marshal(podwireConfig()); err != nil {
+		return err
+	}
+	stateDir = filepath.Join(c.Dir, "podwire-state")
+	out, err := exec.CommandContext(ctx, podwireBin, "install", "--bin-dir", c.CNIBinDir,
+		"--conflist", c.PrimaryConflist, "--config", string(podwireEntry)).CombinedOutput()
+	fmt.Printf("podwire install: %s", out)
+	if err != nil {
+		return err
+	}
+	return waitCNIConfig(ctx, true)
+}
+
+// waitCNIConfig waits until containerd has (re)loaded a conflist with
+// (or without) podwire in its chain: it reloads on the conf dir's inotify
+// events, asynchronously.
+func waitCNIConfig(ctx context.Context, withPodwire bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		conf, err := c.CNIConfig(ctx)
+		if err == nil && strings.Contains(conf, `\"type\":\"podwire\"`) == withPodwire {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("containerd's CNI config never had podwire=%v: %v\n%s", withPodwire, err, conf)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readinessMonitor samples the Node's Ready condition every second for the
+// whole run.
+type readinessMonitor struct {
+	mu       sync.Mutex
+	samples  int
+	notReady []string // times and reasons of samples that were not Ready
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startReadinessMonitor() *readinessMonitor {
+	r := &readinessMonitor{done: make(chan struct{})}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			n, err := c.Node()
+			r.mu.Lock()
+			r.samples++
+			switch {
+			case err != nil:
+				r.notReady = append(r.notReady, fmt.Sprintf("%s: %v", time.Now().Format(time.TimeOnly), err))
+			case !n.Ready:
+				r.notReady = append(r.notReady, fmt.Sprintf("%s: NotReady", time.Now().Format(time.TimeOnly)))
+			}
+			r.mu.Unlock()
+			select {
+			case <-r.done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return r
+}
+
+func (r *readinessMonitor) stop() {
+	close(r.done)
+	r.wg.Wait()
+}
+
+func (r *readinessMonitor) report() (samples int, notReady []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.samples, append([]string(nil), r.notReady...)
+}
