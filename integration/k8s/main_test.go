@@ -98,6 +98,10 @@ func run(m *testing.M) int {
 		fmt.Printf("FAIL: podwire install: %v\n", err)
 		return 1
 	}
+	if err := startAgent(ctx); err != nil {
+		fmt.Printf("FAIL: podwire-agent: %v\n%s\n", err, c.LogTail("podwire-agent", 4000))
+		return 1
+	}
 	readiness = startReadinessMonitor()
 	defer readiness.stop()
 	return m.Run()
@@ -123,9 +127,9 @@ func errOrEmpty(err error) string {
 }
 
 // podwireConfig is podwire's entry on this node: the source check, the
-// forwarding gate (nf-*), egress from the Node annotation (read with the
-// kubelet's own credentials, which the Node authorizer limits to this
-// node), and a VLAN uplink that does not exist on the node.
+// forwarding gate (nf-*), egress from the Node annotation (which the node
+// agent writes into stateDir), and a VLAN uplink that does not exist on the
+// node.
 func podwireConfig() map[string]any {
 	return map[string]any{
 		"type":         "podwire",
@@ -140,8 +144,6 @@ func podwireConfig() map[string]any {
 			"exceptCIDRs":    []string{cluster.PodCIDR.String(), cluster.ServiceCIDR.String(), cluster.LinkPrefix.String()},
 			"nodeAnnotation": true,
 		},
-		"kubeconfig": c.KubeletKubeconfig,
-		"nodeName":   cluster.NodeName,
 	}
 }
 
@@ -160,6 +162,43 @@ func installPodwire(ctx context.Context) error {
 		return err
 	}
 	return waitCNIConfig(ctx, true)
+}
+
+// startAgent runs podwire-agent on the node as a daemon (not yet through
+// deploy/'s DaemonSet) with the kubelet's own credentials, which the Node
+// authorizer limits to what a node may read (its pods, its Node) and create
+// (Events): it keeps podwire in the primary's conflist, writes the Node's
+// egress annotation into stateDir and repairs podwire's tables. It returns
+// once the agent has written the node's egress file, without which an ADD
+// with egress.nodeAnnotation is refused with error 11.
+func startAgent(ctx context.Context) error {
+	agent := filepath.Join(filepath.Dir(podwireBin), "podwire-agent")
+	if err := c.RunDaemon("podwire-agent", agent, "--kubeconfig", c.KubeletKubeconfig,
+		"--node-name", cluster.NodeName, "--state-dir", stateDir, "--cni-conf-dir", c.CNIConfDir,
+		"--cni-bin-dir", c.CNIBinDir, "--plugin", podwireBin, "--config", string(podwireEntry),
+		"--health-addr", ""); err != nil {
+		return err
+	}
+	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
+}
+
+// egressFile is where the agent writes the Node's egress annotation.
+const egressFile = "node-egress-ip.cache"
+
+// waitFile waits up to 30 s until path exists and ok accepts its content.
+func waitFile(ctx context.Context, path string, ok func([]byte) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && ok(b) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s never had the expected content: %v\n%s", path, err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitCNIConfig waits until containerd has (re)loaded a conflist with

@@ -342,6 +342,15 @@ func (c *Cluster) run(name, bin string, args ...string) (*proc, error) {
 	return p, nil
 }
 
+// RunDaemon starts a daemon of the caller's (the node agent, say) in the
+// node's network and mount namespaces, as the cluster's own daemons are:
+// its output goes to logs/NAME.log (LogTail), and Stop ends it, by PID,
+// before the cluster's daemons.
+func (c *Cluster) RunDaemon(name, bin string, args ...string) error {
+	_, err := c.run(name, bin, args...)
+	return err
+}
+
 // LogTail returns the last n bytes of a daemon's log (etcd, containerd,
 // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet).
 func (c *Cluster) LogTail(name string, n int) string {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
@@ -58,7 +59,7 @@ func (c *Cluster) makeNetwork() error {
 		if err := addAddr("eth0", NodeIP.String()+"/24"); err != nil {
 			return err
 		}
-		eth0, _ := netlink.LinkByName("eth0")
+		eth0, _ := netlinksafe.LinkByName("eth0")
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(OutsideIP.AsSlice())}); err != nil {
 			return fmt.Errorf("failed to add the node's default route: %w", err)
 		}
@@ -75,7 +76,7 @@ func (c *Cluster) makeNetwork() error {
 		if err := addAddr("eth0", OutsideIP.String()+"/24"); err != nil {
 			return err
 		}
-		eth0, _ := netlink.LinkByName("eth0")
+		eth0, _ := netlinksafe.LinkByName("eth0")
 		for _, p := range append([]netip.Prefix{PodCIDR}, c.opts.OutsideRoutes...) {
 			_, dst, _ := net.ParseCIDR(p.String())
 			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: dst, Gw: net.IP(NodeIP.AsSlice())}); err != nil {
@@ -88,7 +89,7 @@ func (c *Cluster) makeNetwork() error {
 
 func linkUp(names ...string) error {
 	for _, n := range names {
-		l, err := netlink.LinkByName(n)
+		l, err := netlinksafe.LinkByName(n)
 		if err != nil {
 			return fmt.Errorf("failed to find %s: %w", n, err)
 		}
@@ -100,7 +101,7 @@ func linkUp(names ...string) error {
 }
 
 func addAddr(link, cidr string) error {
-	l, err := netlink.LinkByName(link)
+	l, err := netlinksafe.LinkByName(link)
 	if err != nil {
 		return fmt.Errorf("failed to find %s: %w", link, err)
 	}
