@@ -17,9 +17,9 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
@@ -133,11 +133,13 @@ spec:
 // default route is the pod. It is removed when the test ends.
 func clientBehind(t *testing.T, p *pod, podAddr, clientAddr string) string {
 	t.Helper()
-	cns, err := testutils.NewNS()
+	cns, err := cnitest.NewNS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { testutils.UnmountNS(cns); cns.Close() })
+	// The holder's mount namespace may still pin the bind mount: ReleaseNS
+	// detaches it lazily then, so no netns is left behind.
+	t.Cleanup(func() { cnitest.ReleaseNS(cns) })
 	if err := ns.WithNetNSPath(p.netns, func(ns.NetNS) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "client0"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(cns.Fd()))}
 		if err := netlink.LinkAdd(veth); err != nil {
