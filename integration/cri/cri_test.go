@@ -23,6 +23,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/podwire/podwire/integration/packets"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/vishvananda/netlink"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -161,7 +162,7 @@ func TestPodLifecycle(t *testing.T) {
 
 		// Forged sources: the ordinary pod's are dropped, the forwarding
 		// pod's pass. Each pod also sends from its own address as control.
-		sink, err := newUDPSink(n.netns.Path(), 7009)
+		sink, err := packets.NewSink(n.netns.Path(), 7009)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +180,7 @@ func TestPodLifecycle(t *testing.T) {
 				if src.Is6() {
 					gw = gateway6
 				}
-				if err := sendFrom(p.netnsPath, src, netip.AddrPortFrom(gw, 7009), p.name, 5); err != nil {
+				if err := packets.SendFrom(p.netnsPath, src, netip.AddrPortFrom(gw, 7009), p.name, 5); err != nil {
 					t.Fatalf("%s: %v", p.name, err)
 				}
 			}
@@ -190,14 +191,14 @@ func TestPodLifecycle(t *testing.T) {
 			for _, src := range srcs {
 				_, own := ownAddr(p, src)
 				want := own || p == router
-				if got := sink.got(src, p.name); got != want {
+				if got := sink.Got(src, p.name); got != want {
 					t.Errorf("pod %s/%s sending from %s: node received=%v, want %v", p.namespace, p.name, src, got, want)
 				} else {
 					t.Logf("pod %s/%s sending from %s: received=%v as expected", p.namespace, p.name, src, got)
 				}
 			}
 		}
-		sink.close()
+		sink.Close()
 
 		// A forwarding pod outside forwarding.namespaces: the sandbox fails
 		// with podwire's message in the CRI error, and nothing is left.
@@ -236,26 +237,26 @@ func ownAddr(p *pod, a netip.Addr) (netip.Addr, bool) {
 // the pod over each family.
 func checkConnectivity(t *testing.T, n *node, p *pod) {
 	t.Helper()
-	echo, err := udpListen(p.netnsPath, 7007)
+	echo, err := packets.Listen(p.netnsPath, 7007)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer echo.Close()
-	go udpEcho(echo)
-	nodeEcho, err := udpListen(n.netns.Path(), 7008)
+	go packets.Echo(echo)
+	nodeEcho, err := packets.Listen(n.netns.Path(), 7008)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nodeEcho.Close()
-	go udpEcho(nodeEcho)
+	go packets.Echo(nodeEcho)
 	for _, gw := range []netip.Addr{gateway4, gateway6} {
 		a, _ := p.addr(gw.Is6())
-		if src, err := udpExchange(n.netns.Path(), netip.AddrPortFrom(a, 7007), 10*time.Second); err != nil {
+		if src, err := packets.Exchange(n.netns.Path(), netip.AddrPortFrom(a, 7007), 10*time.Second); err != nil {
 			t.Errorf("node to pod %s/%s %s: %v", p.namespace, p.name, a, err)
 		} else if src != gw.String() {
 			t.Errorf("node to pod %s/%s %s: pod saw source %s, want %s", p.namespace, p.name, a, src, gw)
 		}
-		if src, err := udpExchange(p.netnsPath, netip.AddrPortFrom(gw, 7008), 10*time.Second); err != nil {
+		if src, err := packets.Exchange(p.netnsPath, netip.AddrPortFrom(gw, 7008), 10*time.Second); err != nil {
 			t.Errorf("pod %s/%s to node %s: %v", p.namespace, p.name, gw, err)
 		} else if src != a.String() {
 			t.Errorf("pod %s/%s to node %s: node saw source %s, want the pod's %s", p.namespace, p.name, gw, src, a)

@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -79,74 +76,4 @@ func (p *pod) addr(v6 bool) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-// udpListen opens a UDP socket in the namespace at nsPath bound to
-// [::]:port (both families). The socket stays in that namespace.
-func udpListen(nsPath string, port int) (*net.UDPConn, error) {
-	var conn *net.UDPConn
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		conn, err = net.ListenUDP("udp", &net.UDPAddr{Port: port})
-		return err
-	})
-	return conn, err
-}
-
-// udpEcho answers every datagram on conn with its payload, prefixed with
-// the source address the echoer saw, until conn is closed.
-func udpEcho(conn *net.UDPConn) {
-	buf := make([]byte, 2048)
-	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			return
-		}
-		conn.WriteToUDPAddrPort([]byte(from.Addr().Unmap().String()+" "+string(buf[:n])), from)
-	}
-}
-
-// udpExchange sends a datagram from the namespace at nsPath to dst and
-// waits for the echo; it retries while neighbours and DAD settle, with a
-// new socket each time (a connected socket keeps the source chosen while
-// the node's addresses were still tentative). It returns the source the
-// echoer saw.
-func udpExchange(nsPath string, dst netip.AddrPort, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	var lastErr error
-	for time.Now().Before(deadline) {
-		src, err := udpExchangeOnce(nsPath, dst)
-		if err == nil {
-			return src, nil
-		}
-		lastErr = err
-	}
-	return "", fmt.Errorf("no echo from %s within %v: %w", dst, timeout, lastErr)
-}
-
-func udpExchangeOnce(nsPath string, dst netip.AddrPort) (string, error) {
-	var conn *net.UDPConn
-	if err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
-		return err
-	}); err != nil {
-		return "", fmt.Errorf("failed to open a UDP socket to %s: %w", dst, err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("ping")); err != nil {
-		time.Sleep(100 * time.Millisecond)
-		return "", err
-	}
-	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-	buf := make([]byte, 2048)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return "", err
-	}
-	src, payload, _ := strings.Cut(string(buf[:n]), " ")
-	if payload != "ping" {
-		return "", fmt.Errorf("unexpected echo from %s: %q", dst, buf[:n])
-	}
-	return src, nil
 }

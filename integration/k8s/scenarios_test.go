@@ -21,6 +21,7 @@ import (
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
 )
 
 const (
@@ -43,17 +44,17 @@ func spoofFrom(t *testing.T, p *pod, port int) (genuine bool, passed []netip.Add
 	sink := newUDPSink(t, c.OutsideNetNS, port)
 	dst := netip.AddrPortFrom(cluster.OutsideIP, uint16(port))
 	for _, src := range forgedSources {
-		if err := sendFrom(p.netns, src, dst, "forged-"+p.name, 5); err != nil {
+		if err := packets.SendFrom(p.netns, src, dst, "forged-"+p.name, 5); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := sendFrom(p.netns, p.ip, dst, "genuine-"+p.name, 5); err != nil {
+	if err := packets.SendFrom(p.netns, p.ip, dst, "genuine-"+p.name, 5); err != nil {
 		t.Fatal(err)
 	}
-	genuine = sink.waitGot(p.ip, "genuine-"+p.name, 5*time.Second)
+	genuine = sink.WaitGot(p.ip, "genuine-"+p.name, 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	for _, src := range forgedSources {
-		if sink.got(src, "forged-"+p.name) {
+		if sink.Got(src, "forged-"+p.name) {
 			passed = append(passed, src)
 		}
 	}
@@ -118,7 +119,7 @@ spec:
 	// the router's 198.51.100.1 as its gateway.
 	client := clientBehind(t, router, "198.51.100.1/24", "198.51.100.2/24")
 	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
-	src, err := udpExchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
+	src, err := packets.Exchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
 	if err != nil {
 		t.Fatalf("the client behind %s/%s did not reach the server outside the node and back: %v", allowedNS, name, err)
 	}
@@ -231,14 +232,14 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 	setNodeEgressIP(t, egressIP)
 
 	p := runPod(t, "default", "egress", nil)
-	src, err := udpExchange(p.netns, netip.AddrPortFrom(serverIP, 7003), 10*time.Second)
+	src, err := packets.Exchange(p.netns, netip.AddrPortFrom(serverIP, 7003), 10*time.Second)
 	if err != nil {
 		t.Fatalf("pod %s did not reach the server %s outside: %v", p.ip, serverIP, err)
 	}
 	if src != egressIP.String() {
 		t.Fatalf("the server outside saw source %s, want the node's egress IP %s", src, egressIP)
 	}
-	src, err = udpExchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7004), 10*time.Second)
+	src, err = packets.Exchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7004), 10*time.Second)
 	if err != nil {
 		t.Fatalf("pod %s did not reach %s: %v", p.ip, cluster.OutsideIP, err)
 	}
