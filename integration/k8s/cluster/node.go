@@ -20,6 +20,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // inNetNS runs fn on a thread in the network namespace at path.
@@ -89,12 +91,8 @@ func (c *Cluster) makeNetwork() error {
 
 func linkUp(names ...string) error {
 	for _, n := range names {
-		l, err := netlinksafe.LinkByName(n)
-		if err != nil {
-			return fmt.Errorf("failed to find %s: %w", n, err)
-		}
-		if err := netlink.LinkSetUp(l); err != nil {
-			return fmt.Errorf("failed to set %s up: %w", n, err)
+		if err := cnitest.LinkUp(n); err != nil {
+			return err
 		}
 	}
 	return nil
