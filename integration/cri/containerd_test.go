@@ -6,8 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
 // node is a private containerd (Debian's 1.6 with runc) running in a fresh
@@ -45,46 +44,10 @@ type node struct {
 	shimDirs []string
 }
 
-// containerdConfig is the daemon's config (version 2, containerd 1.6).
-// restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and the
-// sandbox's default oom_score_adj (-998) would be refused. The streaming
-// server binds port 0 on the node's loopback. Snapshotter overlayfs.
-const containerdConfig = `version = 2
-root = "{{dir}}/root"
-state = "{{dir}}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-
-[grpc]
-  address = "{{dir}}/containerd.sock"
-
-[ttrpc]
-  address = "{{dir}}/containerd.sock.ttrpc"
-
-[debug]
-  level = "info"
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{{dir}}/opt"
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "` + pauseImage + `"
-    restrict_oom_score_adj = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    enable_selinux = false
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          BinaryName = "{{runc}}"
-          Root = "{{dir}}/runc"
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "{{dir}}/cni-bin"
-      conf_dir = "{{dir}}/net.d"
-      max_conf_num = 1
-`
+// pauseImage is the sandbox image the test builds (cluster.BuildPauseArchive)
+// and imports: no registry is reachable, and the CRI plugin pulls
+// sandbox_image only when it is not already in the k8s.io namespace.
+const pauseImage = "docker.io/podwire/pause:e2e"
 
 // launchScript runs in the node's network namespace and a private (slave)
 // mount namespace: sysfs's net entries are those of the mounting namespace,
@@ -128,7 +91,7 @@ func startNode(t *testing.T) *node {
 	if n.netns, err = cnitest.NewNS(); err != nil {
 		t.Fatalf("failed to create the node's netns: %v", err)
 	}
-	cfg := strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc).Replace(containerdConfig)
+	cfg := cluster.ContainerdConfig(dir, runc, pauseImage)
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -166,7 +129,7 @@ func startNode(t *testing.T) *node {
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	archive, err := buildPauseArchive(dir)
+	archive, err := cluster.BuildPauseArchive(dir, pauseImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +202,7 @@ func (n *node) stop(t *testing.T) {
 	}
 	// Shims daemonize away from containerd; end those of this node only,
 	// by pid, recognised by our socket address on their command line.
-	for _, pid := range processesMentioning(n.sock) {
+	for _, pid := range cluster.ProcessesMentioning(n.sock) {
 		t.Logf("cleanup: killing leftover shim %d", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
@@ -285,23 +248,6 @@ func (n *node) removeCgroups(t *testing.T) {
 			}
 		}
 	}
-}
-
-// processesMentioning lists the pids whose command line contains s.
-func processesMentioning(s string) []int {
-	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(b), s) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // installCNI links the reference plugins into the node's bin dir and writes

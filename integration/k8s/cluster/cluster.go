@@ -207,7 +207,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startContainerd(ctx); err != nil {
 		return c, err
 	}
-	archive, err := buildPauseArchive(dir)
+	archive, err := BuildPauseArchive(dir, PauseImage)
 	if err != nil {
 		return c, err
 	}
@@ -266,7 +266,7 @@ func (c *Cluster) stop() error {
 		errs = append(errs, c.end(c.procs[i]))
 	}
 	// Shims daemonize away from containerd: end those of this run only.
-	for _, pid := range processesMentioning(c.ContainerdSock) {
+	for _, pid := range ProcessesMentioning(c.ContainerdSock) {
 		c.logf("cleanup: killing leftover shim %d", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
 		waitGone(pid, 5*time.Second)

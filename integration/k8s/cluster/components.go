@@ -120,8 +120,8 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	})
 }
 
-// containerdConfig is containerd 1.6's config (version 2), as the CRI
-// suite's: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
+// containerdConfig is containerd 1.6's config (version 2), shared with the
+// CRI suite (integration/cri) through ContainerdConfig: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
 // the streaming server on the node's loopback; CNI dirs of the run;
 // max_conf_num 1 (the first conflist is the network, as with a kubelet).
 const containerdConfig = `version = 2
@@ -158,9 +158,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       max_conf_num = 1
 `
 
+// ContainerdConfig returns the config of a containerd whose root, state,
+// sockets, runc root and CNI dirs are all under dir, running runc (a path)
+// with sandbox image pause.
+func ContainerdConfig(dir, runc, pause string) string {
+	return strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc, "{{pause}}", pause).Replace(containerdConfig)
+}
+
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	runc, _ := exec.LookPath("runc")
-	cfg := strings.NewReplacer("{{dir}}", c.Dir, "{{runc}}", runc, "{{pause}}", PauseImage).Replace(containerdConfig)
+	cfg := ContainerdConfig(c.Dir, runc, PauseImage)
 	path := filepath.Join(c.Dir, "containerd.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err

@@ -73,9 +73,10 @@ func GoBinary(srcDir string) ([]byte, error) {
 	return os.ReadFile(out)
 }
 
-// buildPauseArchive compiles the pause binary and writes the OCI archive of
-// PauseImage in dir.
-func buildPauseArchive(dir string) (string, error) {
+// BuildPauseArchive compiles the pause binary and writes, in dir, the OCI
+// archive of an image named ref holding it (Start uses PauseImage; the CRI
+// suite, integration/cri, its own name), for `ctr images import`.
+func BuildPauseArchive(dir, ref string) (string, error) {
 	src := filepath.Join(dir, "pause-src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
@@ -91,7 +92,7 @@ func buildPauseArchive(dir string) (string, error) {
 		return "", err
 	}
 	archive := filepath.Join(dir, "pause.oci.tar")
-	return archive, WriteImageArchive(archive, PauseImage, []ImageFile{{Path: "pause", Mode: 0o755, Data: bin}}, []string{"/pause"})
+	return archive, WriteImageArchive(archive, ref, []ImageFile{{Path: "pause", Mode: 0o755, Data: bin}}, []string{"/pause"})
 }
 
 // WriteImageArchive writes an OCI image layout tarball (for `ctr images

@@ -266,8 +266,9 @@ func (c *Cluster) startHolder(ctx context.Context) error {
 	})
 }
 
-// processesMentioning lists the pids whose command line contains s.
-func processesMentioning(s string) []int {
+// ProcessesMentioning lists the pids whose command line contains s (a
+// containerd socket path names the daemon and its shims).
+func ProcessesMentioning(s string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
