@@ -235,16 +235,9 @@ func (n *node) removeCgroups(t *testing.T) {
 		roots = append(roots, "/sys/fs/cgroup"+n.cgroupParent) // cgroup v2
 	}
 	for _, root := range roots {
-		var dirs []string
-		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil {
-				t.Errorf("failed to remove cgroup %s: %v", dirs[i], err)
+		for _, dir := range cluster.CgroupTree(root) {
+			if err := os.Remove(dir); err != nil {
+				t.Errorf("failed to remove cgroup %s: %v", dir, err)
 			}
 		}
 	}

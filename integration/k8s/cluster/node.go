@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -187,28 +188,35 @@ func (c *Cluster) makeCgroups() error {
 	return nil
 }
 
+// CgroupTree lists the directories of the cgroup tree at root (root
+// included) deepest first, the order rmdir(2) needs.
+func CgroupTree(root string) []string {
+	var dirs []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	return dirs
+}
+
 // removeCgroups removes the cgroupRoot trees, deepest first.
 func (c *Cluster) removeCgroups() error {
 	var errs []error
 	for _, root := range c.cgroupDirs {
-		var dirs []string
-		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
+		for _, dir := range CgroupTree(root) {
 			var err error
 			for try := 0; try < 50; try++ { // a cgroup empties shortly after its last process dies
-				if err = os.Remove(dirs[i]); err == nil || os.IsNotExist(err) {
+				if err = os.Remove(dir); err == nil || os.IsNotExist(err) {
 					err = nil
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("failed to remove cgroup %s: %w", dirs[i], err))
+				errs = append(errs, fmt.Errorf("failed to remove cgroup %s: %w", dir, err))
 			}
 		}
 	}
