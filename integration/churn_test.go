@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -13,6 +12,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // Netlink under churn. The kernel flags a dump NLM_F_DUMP_INTR when the table
@@ -97,44 +98,11 @@ func startChurn(n *node) *churner {
 	return c
 }
 
-// once makes a veth pair, brings it up, gives it an IPv4 and an IPv6
-// address and a route of each family, then deletes it (its addresses and
-// routes go with it): one link, four addresses (with the IPv6 link-local
-// ones) and two routes appear and vanish.
+// once is one cnitest.ChurnOnce, counted.
 func (c *churner) once(i int) error {
-	name := fmt.Sprintf("chrn%d", i%4)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
-		return fmt.Errorf("churn: add %s: %w", name, err)
-	}
-	c.ops.Add(1)
-	l, err := netlinksafe.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("churn: %s: %w", name, err)
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("churn: up %s: %w", name, err)
-	}
-	x := i % 200
-	for _, a := range []string{fmt.Sprintf("10.99.%d.1/24", x), fmt.Sprintf("fd99:%x::1/64", x)} {
-		ip, _ := netlink.ParseAddr(a)
-		ip.Flags = unix.IFA_F_NODAD
-		if err := netlink.AddrAdd(l, ip); err != nil {
-			return fmt.Errorf("churn: address %s on %s: %w", a, name, err)
-		}
-		c.ops.Add(1)
-	}
-	for _, d := range []string{fmt.Sprintf("10.98.%d.0/24", x), fmt.Sprintf("fd98:%x::/64", x)} {
-		_, dst, _ := net.ParseCIDR(d)
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst}); err != nil {
-			return fmt.Errorf("churn: route %s on %s: %w", d, name, err)
-		}
-		c.ops.Add(1)
-	}
-	if err := netlink.LinkDel(l); err != nil {
-		return fmt.Errorf("churn: delete %s: %w", name, err)
-	}
-	c.ops.Add(1)
-	return nil
+	n, err := cnitest.ChurnOnce(i)
+	c.ops.Add(int64(n))
+	return err
 }
 
 func (c *churner) stopChurn() error {

@@ -2,7 +2,6 @@ package vm
 
 import (
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
 
@@ -10,6 +9,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // TestNetlinkChurnVLAN is the VLAN twin of integration's TestNetlinkChurn
@@ -126,38 +127,9 @@ func churnBaseVM(pairs, addrs int) error {
 	return nil
 }
 
-// churnOnce makes a veth pair, brings it up, gives it an address and a
-// route of each family and deletes it again (its addresses and routes go
-// with it), in the calling netns.
+// churnOnce is one cnitest.ChurnOnce in the calling netns, counted in ops.
 func churnOnce(i int, ops *atomic.Int64) error {
-	name := fmt.Sprintf("chrn%d", i%4)
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
-		return fmt.Errorf("churn: add %s: %w", name, err)
-	}
-	l, err := netlinksafe.LinkByName(name)
-	if err != nil {
-		return fmt.Errorf("churn: %s: %w", name, err)
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fmt.Errorf("churn: up %s: %w", name, err)
-	}
-	x := i % 200
-	for _, a := range []string{fmt.Sprintf("10.99.%d.1/24", x), fmt.Sprintf("fd99:%x::1/64", x)} {
-		ip, _ := netlink.ParseAddr(a)
-		ip.Flags = unix.IFA_F_NODAD
-		if err := netlink.AddrAdd(l, ip); err != nil {
-			return fmt.Errorf("churn: address %s on %s: %w", a, name, err)
-		}
-	}
-	for _, d := range []string{fmt.Sprintf("10.98.%d.0/24", x), fmt.Sprintf("fd98:%x::/64", x)} {
-		_, dst, _ := net.ParseCIDR(d)
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst}); err != nil {
-			return fmt.Errorf("churn: route %s on %s: %w", d, name, err)
-		}
-	}
-	if err := netlink.LinkDel(l); err != nil {
-		return fmt.Errorf("churn: delete %s: %w", name, err)
-	}
-	ops.Add(7)
-	return nil
+	n, err := cnitest.ChurnOnce(i)
+	ops.Add(int64(n))
+	return err
 }
