@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/cnitest"
 )
@@ -33,38 +31,10 @@ import (
 // twin runs in the VM suite (integration/vm, TestNetlinkChurnVLAN).
 
 // churnBase gives the node netns enough links and addresses that a link or
-// address dump spans several netlink messages: idle veth pairs and, on one
-// of them, /32 and /128 addresses (10.99.0.0/16, fd99::/16: used by no test).
+// address dump spans several netlink messages (cnitest.ChurnBase).
 func churnBase(t *testing.T, n *node, pairs, addrs int) {
 	t.Helper()
-	n.do(func() error {
-		for i := range pairs {
-			name := fmt.Sprintf("chrnb%d", i)
-			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
-				return fmt.Errorf("base veth %s: %w", name, err)
-			}
-		}
-		l, err := netlinksafe.LinkByName("chrnb0")
-		if err != nil {
-			return err
-		}
-		for i := range addrs {
-			for _, a := range []string{
-				fmt.Sprintf("10.99.%d.%d/32", 100+i/250, 1+i%250),
-				fmt.Sprintf("fd99::%x/128", 0x1000+i),
-			} {
-				ip, err := netlink.ParseAddr(a)
-				if err != nil {
-					return err
-				}
-				ip.Flags = unix.IFA_F_NODAD // no DAD on the IPv6 ones
-				if err := netlink.AddrAdd(l, ip); err != nil {
-					return fmt.Errorf("base address %s: %w", a, err)
-				}
-			}
-		}
-		return nil
-	})
+	n.do(func() error { return cnitest.ChurnBase(pairs, addrs) })
 }
 
 // churner adds and removes links, addresses and routes in a netns until

@@ -50,3 +50,34 @@ func ChurnOnce(i int) (changes int, err error) {
 	}
 	return changes + 1, nil
 }
+
+// ChurnBase gives the calling thread's netns pairs idle veth pairs
+// (chrnb<n>) and, on the first, addrs /32 and /128 addresses
+// (10.99.100.0-10.99.1xx.250, fd99::1000 on: no test uses them), so that
+// its link and address dumps span several netlink messages, as on a node
+// with many pods, and ChurnOnce interrupts them more often.
+func ChurnBase(pairs, addrs int) error {
+	for i := range pairs {
+		name := fmt.Sprintf("chrnb%d", i)
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+			return fmt.Errorf("base veth %s: %w", name, err)
+		}
+	}
+	l, err := netlinksafe.LinkByName("chrnb0")
+	if err != nil {
+		return err
+	}
+	for i := range addrs {
+		for _, a := range []string{fmt.Sprintf("10.99.%d.%d/32", 100+i/250, 1+i%250), fmt.Sprintf("fd99::%x/128", 0x1000+i)} {
+			ip, err := netlink.ParseAddr(a)
+			if err != nil {
+				return err
+			}
+			ip.Flags = unix.IFA_F_NODAD // no DAD on the IPv6 ones
+			if err := netlink.AddrAdd(l, ip); err != nil {
+				return fmt.Errorf("base address %s: %w", a, err)
+			}
+		}
+	}
+	return nil
+}

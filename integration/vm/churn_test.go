@@ -5,10 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/cnitest"
 )
@@ -27,7 +24,7 @@ func TestNetlinkChurnVLAN(t *testing.T) {
 	require(t, capVLANFiltering)
 	n := newNode(t, vlanConf(nil))
 	addUplink(t, n, "uplink0")
-	n.do(func() error { return churnBaseVM(60, 1000) })
+	n.do(func() error { return cnitest.ChurnBase(60, 1000) })
 
 	var ops atomic.Int64
 	stop, done := make(chan struct{}), make(chan error, 1)
@@ -96,35 +93,6 @@ func TestNetlinkChurnVLAN(t *testing.T) {
 		t.Fatalf("only %d churn operations ran: the test did not churn", ops.Load())
 	}
 	t.Logf("%d VLAN pods added, reached, checked and deleted while %d link/address/route changes ran", rounds*3, ops.Load())
-}
-
-// churnBaseVM gives the calling netns idle veth pairs and, on the first,
-// /32 and /128 addresses (10.99.0.0/16, fd99::/16), so that its link and
-// address dumps span several netlink messages.
-func churnBaseVM(pairs, addrs int) error {
-	for i := range pairs {
-		name := fmt.Sprintf("chrnb%d", i)
-		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
-			return fmt.Errorf("base veth %s: %w", name, err)
-		}
-	}
-	l, err := netlinksafe.LinkByName("chrnb0")
-	if err != nil {
-		return err
-	}
-	for i := range addrs {
-		for _, a := range []string{fmt.Sprintf("10.99.%d.%d/32", 100+i/250, 1+i%250), fmt.Sprintf("fd99::%x/128", 0x1000+i)} {
-			ip, err := netlink.ParseAddr(a)
-			if err != nil {
-				return err
-			}
-			ip.Flags = unix.IFA_F_NODAD
-			if err := netlink.AddrAdd(l, ip); err != nil {
-				return fmt.Errorf("base address %s: %w", a, err)
-			}
-		}
-	}
-	return nil
 }
 
 // churnOnce is one cnitest.ChurnOnce in the calling netns, counted in ops.
