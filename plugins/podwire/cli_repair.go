@@ -39,13 +39,11 @@ type repairResult struct {
 func cliRepair(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("podwire repair", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	confDir := fs.String("conf-dir", "/etc/cni/net.d", "CNI conf dir searched (in the runtime's order) for the conflist holding podwire")
-	conflist := fs.String("conflist", "", "conflist holding the podwire entry (default: the first in --conf-dir)")
-	cfg := fs.String("config", "", "podwire config as JSON or @FILE instead of a conflist's entry")
+	src := entryFlags(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2
 	}
-	entry, from, warn, err := findEntry(*confDir, *conflist, *cfg)
+	entry, from, warn, err := findEntry(src.confDir, src.conflist, src.config)
 	if err == nil && warn != "" {
 		err = fmt.Errorf("%s", warn)
 	}

@@ -92,9 +92,7 @@ type attachmentStatus struct {
 func cliStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("podwire status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	confDir := fs.String("conf-dir", "/etc/cni/net.d", "CNI conf dir searched (in the runtime's order) for the conflist holding podwire")
-	conflist := fs.String("conflist", "", "conflist holding the podwire entry (default: the first in --conf-dir)")
-	cfg := fs.String("config", "", "podwire config as JSON or @FILE instead of a conflist's entry")
+	src := entryFlags(fs)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -103,7 +101,7 @@ func cliStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: podwire status [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--json]")
 		return 2
 	}
-	st, err := readStatus(*confDir, *conflist, *cfg)
+	st, err := readStatus(src.confDir, src.conflist, src.config)
 	if err != nil {
 		fmt.Fprintf(stderr, "podwire status: %v\n", err)
 		return 1
@@ -113,6 +111,19 @@ func cliStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	st.print(stdout)
 	return 0
+}
+
+// entrySource is where a CLI command finds podwire's config: the flags
+// --conf-dir, --conflist and --config that status and repair share.
+type entrySource struct{ confDir, conflist, config string }
+
+// entryFlags declares those flags on fs; their values are set by fs.Parse.
+func entryFlags(fs *flag.FlagSet) *entrySource {
+	s := &entrySource{}
+	fs.StringVar(&s.confDir, "conf-dir", "/etc/cni/net.d", "CNI conf dir searched (in the runtime's order) for the conflist holding podwire")
+	fs.StringVar(&s.conflist, "conflist", "", "conflist holding the podwire entry (default: the first in --conf-dir)")
+	fs.StringVar(&s.config, "config", "", "podwire config as JSON or @FILE instead of a conflist's entry")
+	return s
 }
 
 // findEntry returns the podwire entry and the file it came from: --config,
