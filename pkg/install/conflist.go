@@ -177,8 +177,8 @@ func (cl *conflist) marshal() ([]byte, error) {
 
 // normalizeEntry turns an operator's podwire config into the entry to store:
 // "type" defaults to podwire (another type is an error), and the
-// annotations capability is declared, keeping every other key and
-// capability as given.
+// annotations capability is declared unless the entry sets it (to false),
+// keeping every other key and capability as given.
 func normalizeEntry(entry []byte) (json.RawMessage, error) {
 	obj, err := parseObject(entry)
 	if err != nil {
@@ -203,7 +203,12 @@ func normalizeEntry(entry []byte) (json.RawMessage, error) {
 			return nil, fmt.Errorf("podwire config: \"capabilities\": %w", err)
 		}
 	}
-	caps.set(AnnotationsCapability, json.RawMessage("true"))
+	// Declared by default; an operator's explicit false is kept (annotations
+	// then come from the node agent only, as with a runtime that does not
+	// send the capability).
+	if _, ok := caps.get(AnnotationsCapability); !ok {
+		caps.set(AnnotationsCapability, json.RawMessage("true"))
+	}
 	rawCaps, err := caps.compact()
 	if err != nil {
 		return nil, err
@@ -215,7 +220,8 @@ func normalizeEntry(entry []byte) (json.RawMessage, error) {
 // AddEntry returns conflist data with the podwire entry appended at the end
 // of the chain, or the existing entry replaced where it stands. entry is the
 // podwire plugin config as JSON; nil keeps an existing entry (only making
-// sure it declares the annotations capability) or adds DefaultEntry.
+// sure it declares the annotations capability, unless it sets it to false)
+// or adds DefaultEntry.
 // changed is false, and out is data unchanged, when nothing needed to
 // change: a second run is a no-op.
 func AddEntry(data, entry []byte) (out []byte, changed bool, err error) {

@@ -71,6 +71,16 @@ func TestAddEntry(t *testing.T) {
 			},
 		},
 		{
+			name: "an explicit false capability is kept", in: ptpList,
+			entry: `{"capabilities":{"` + AnnotationsCapability + `":false}}`, wantChanged: true,
+			check: func(t *testing.T, out []byte) {
+				caps := plugins(t, out)[2]["capabilities"].(map[string]any)
+				if caps[AnnotationsCapability] != false {
+					t.Errorf("capabilities = %v, want the operator's false kept", caps)
+				}
+			},
+		},
+		{
 			name: "second run with the same entry changes nothing", in: string(withPodwire),
 			entry: `{"type":"podwire","bridge":"br9","capabilities":{"portMappings":false}}`,
 		},
