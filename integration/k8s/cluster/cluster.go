@@ -12,10 +12,13 @@
 //
 // Nothing of the host is changed but what cannot be avoided, and that is
 // undone by Stop: the empty mountpoints /var/lib/kubelet (the kubelet's
-// device-plugin path is hard-coded there) and /var/lib/cni when they did not
-// exist, and a cgroup root of the run in every cgroup v1 hierarchy. Inside
-// the mount namespace, /run is a tmpfs; /var/log, /var/lib/kubelet and
-// /var/lib/cni are directories of the run; and the four /proc/sys files the
+// device-plugin path is hard-coded there), /var/lib/cni, /opt/cni/bin and
+// /etc/cni/net.d when they did not exist, and a cgroup root of the run in
+// every cgroup v1 hierarchy. Inside the mount namespace, /run, /var/log,
+// /var/lib/kubelet, /var/lib/cni and the CNI dirs (/opt/cni/bin,
+// /etc/cni/net.d) are directories of the run (NodePath maps a node path to
+// the run's directory), so a DaemonSet's hostPath volumes land in the run;
+// and the four /proc/sys files the
 // kubelet would otherwise rewrite host-wide are files of the run holding
 // the values it wants (protectKernelDefaults then passes). Every process is
 // started by the package and ended by PID (containerd's shims too: they are
@@ -34,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -174,7 +178,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	start := time.Now()
 	step := func(what string) { c.logf("%-28s %6.1fs", what, time.Since(start).Seconds()) }
 
-	for _, d := range []string{"cni-bin", "net.d", "logs", "sys", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "pki", "etcd", "manifests", "volume-plugins", "flex", "kubectl-cache", "apiserver-certs"} {
+	for _, d := range []string{"cni-bin", "net.d", "run", "logs", "sys", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "pki", "etcd", "manifests", "volume-plugins", "flex", "kubectl-cache", "apiserver-certs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return c, err
 		}
@@ -342,13 +346,24 @@ func (c *Cluster) run(name, bin string, args ...string) (*proc, error) {
 	return p, nil
 }
 
-// RunDaemon starts a daemon of the caller's (the node agent, say) in the
-// node's network and mount namespaces, as the cluster's own daemons are:
-// its output goes to logs/NAME.log (LogTail), and Stop ends it, by PID,
-// before the cluster's daemons.
-func (c *Cluster) RunDaemon(name, bin string, args ...string) error {
-	_, err := c.run(name, bin, args...)
-	return err
+// nodeBinds are the node paths that are directories of the run, as the
+// holder binds them (holderScript).
+var nodeBinds = map[string]string{
+	"/run": "run", "/var/log": "varlog", "/var/lib/kubelet": "kubelet", "/var/lib/cni": "varlibcni",
+	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d",
+}
+
+// NodePath returns where the node's path p (e.g. /run/podwire, a hostPath of
+// a DaemonSet) is on the host: under the run's directory when p lies in one
+// of the node's bound directories, else p itself (the host's file).
+func (c *Cluster) NodePath(p string) string {
+	p = filepath.Clean(p)
+	for node, dir := range nodeBinds {
+		if rel, err := filepath.Rel(node, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return filepath.Join(c.Dir, dir, rel)
+		}
+	}
+	return p
 }
 
 // LogTail returns the last n bytes of a daemon's log (etcd, containerd,

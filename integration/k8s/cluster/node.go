@@ -147,17 +147,29 @@ func (c *Cluster) removeNetwork() error {
 	return errors.Join(errs...)
 }
 
-// makeHostDirs creates the host mountpoints the holder binds over, when
-// absent; Stop removes those it made.
+// hostMountpoints are the node paths the holder binds a directory of the
+// run over: they must exist on the host as mountpoints. /var/lib/kubelet is
+// hard-coded in the kubelet (device plugins); /opt/cni/bin and
+// /etc/cni/net.d are where deploy/'s DaemonSet mounts the CNI dirs from.
+var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d"}
+
+// makeHostDirs creates the host mountpoints (and their missing parents)
+// when absent; Stop removes those it made, deepest first.
 func (c *Cluster) makeHostDirs() error {
-	for _, d := range []string{"/var/lib/kubelet", "/var/lib/cni"} {
-		if _, err := os.Stat(d); err == nil {
-			continue
+	for _, d := range hostMountpoints {
+		var missing []string
+		for p := d; p != "/"; p = filepath.Dir(p) {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+			missing = append(missing, p)
 		}
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
+		for i := len(missing) - 1; i >= 0; i-- {
+			if err := os.Mkdir(missing[i], 0o755); err != nil {
+				return err
+			}
+			c.hostDirs = append(c.hostDirs, missing[i])
 		}
-		c.hostDirs = append(c.hostDirs, d)
 	}
 	return nil
 }
@@ -234,10 +246,12 @@ d=$1
 mount -t sysfs sysfs "$d/sys"
 mount --bind "$d/sys/class/net" /sys/class/net
 mount --bind "$d/sys/devices/virtual/net" /sys/devices/virtual/net
-mount -t tmpfs -o mode=755 tmpfs /run
+mount --bind "$d/run" /run
 mount --bind "$d/varlog" /var/log
 mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/varlibcni" /var/lib/cni
+mount --bind "$d/cni-bin" /opt/cni/bin
+mount --bind "$d/net.d" /etc/cni/net.d
 for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1; do
 	k=${kv%%=*}
 	f="$d/sysctl/$(printf %s "$k" | tr / _)"
