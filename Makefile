@@ -62,8 +62,8 @@ test-e2e: image tools
 k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 
-test-k8s: build tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
+test-k8s: image tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
 
 demo: build tools
 	scripts/demo.sh

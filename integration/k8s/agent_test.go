@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,38 +10,59 @@ import (
 	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
-// TestAgentRepairsTablesWithoutADD: podwire's source-check table is deleted
-// behind its back (`nft delete table inet podwire` on the node); with no
-// ADD, the node agent puts it back within 10 s, so a pod wired before is
-// checked again (a forged source is dropped), and the repair is an Event on
-// the Node.
+// TestAgentRepairsTablesWithoutADD: the node's whole ruleset is flushed
+// behind podwire's back (`nft flush ruleset` in the node netns); with no
+// ADD, the node agent puts podwire's tables back within 10 s, with the
+// elements of the pods wired before: such a pod is checked again (a forged
+// source is dropped), and the repair is an Event on the Node.
 func TestAgentRepairsTablesWithoutADD(t *testing.T) {
 	p := runPod(t, "default", "repair-victim", nil)
 	if genuine, passed := spoofFrom(t, p, 7020); !genuine || len(passed) > 0 {
 		t.Fatalf("before the drift: genuine %v, forged passed %v; want the pod checked", genuine, passed)
 	}
-	out, err := exec.Command("nsenter", "--net="+c.NodeNetNS, "nft", "delete", "table", "inet", "podwire").CombinedOutput()
+	before := podwireTables(nodeRuleset(t))
+	// Flush and list in one go: the agent may repair at any moment after.
+	out, err := exec.Command("nsenter", "--net="+c.NodeNetNS, "sh", "-c", "nft flush ruleset && nft list tables").CombinedOutput()
 	if err != nil {
-		t.Fatalf("nft delete table inet podwire: %v: %s", err, out)
+		t.Fatalf("nft flush ruleset: %v: %s", err, out)
 	}
 	start := time.Now()
-	if genuine, passed := spoofFrom(t, p, 7021); !genuine || len(passed) == 0 {
-		t.Fatalf("with the table deleted: genuine %v, forged passed %v; the drift did not turn the check off", genuine, passed)
+	if strings.Contains(string(out), "podwire") {
+		t.Fatalf("podwire's tables survived nft flush ruleset:\n%s", out)
 	}
+	// Until the agent's next tick (every 3 s) the check is off; the
+	// repair may also come first, so this probe is only reported.
+	genuine, passed := spoofFrom(t, p, 7021)
+	t.Logf("right after the flush: genuine %v, forged passed %v", genuine, passed)
 	for port := 7022; ; port++ {
 		genuine, passed := spoofFrom(t, p, port)
 		if genuine && len(passed) == 0 {
 			break
 		}
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the source check was not back 10 s after the drift (no ADD ran):\n%s", c.LogTail("podwire-agent", 2000))
+			t.Fatalf("the source check was not back 10 s after the drift (no ADD ran):\n%s", agentLog(context.Background()))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("the agent repaired the table %v after the drift, with no ADD", time.Since(start).Round(time.Millisecond))
+	t.Logf("the agent repaired the tables %v after the flush, with no ADD", time.Since(start).Round(time.Millisecond))
+	if after := podwireTables(nodeRuleset(t)); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Fatalf("podwire's tables after the repair %v, before the flush %v", after, before)
+	}
 	events := kubectl(t, "", "get", "events", "-A", "--field-selector",
 		"involvedObject.kind=Node,involvedObject.name="+cluster.NodeName+",reason=PodwireTablesRepaired", "-o", "name")
 	if strings.TrimSpace(events) == "" {
 		t.Fatalf("no PodwireTablesRepaired Event on Node %s", cluster.NodeName)
 	}
+}
+
+// podwireTables lists the "table FAMILY NAME" lines of podwire's tables in
+// an `nft list ruleset` text.
+func podwireTables(ruleset string) []string {
+	var tables []string
+	for _, l := range strings.Split(ruleset, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "table" && strings.HasPrefix(f[2], "podwire") {
+			tables = append(tables, f[1]+" "+f[2])
+		}
+	}
+	return tables
 }

@@ -1,8 +1,8 @@
 // Package k8s is podwire's test on a real single-node Kubernetes cluster
 // (package cluster): pods are created through the API with kubectl, the
 // kubelet runs them over containerd 1.6, the primary is ptp + host-local at
-// cniVersion 0.3.1, and podwire is chained by `podwire install` as an
-// operator does. Every claim is proven with packets between the pods, the
+// cniVersion 0.3.1, and podwire is installed as a cluster operator does:
+// `kubectl apply -f deploy/` (its DaemonSet's agent chains podwire). Every claim is proven with packets between the pods, the
 // node and the network outside it (another netns behind the node's
 // uplink). One cluster serves every test of the package: it is started in
 // TestMain and stopped, with every process, mount and namespace of the run,
@@ -10,7 +10,7 @@
 //
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
 // Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD, PODWIRE_BIN,
-// PODWIRE_CNI_BIN.
+// PODWIRE_IMAGE (`make image`), PODWIRE_CNI_BIN.
 package k8s
 
 import (
@@ -33,8 +33,9 @@ import (
 var (
 	c            *cluster.Cluster
 	podwireBin   string
-	podwireEntry []byte // the entry `podwire install --config` chains
-	stateDir     string
+	podwireImage string // bin/podwire-image.tar of `make image`
+	podwireEntry []byte // podwire's entry, in the ConfigMap podwire-config
+	stateDir     string // the node's /run/podwire, seen from the host
 	readiness    *readinessMonitor
 )
 
@@ -53,6 +54,9 @@ var (
 // missingUplink is the VLAN uplink the config names and the node never has.
 const missingUplink = "pwk8s-up0"
 
+// deployDir is deploy/, applied as it is.
+const deployDir = "../../deploy"
+
 // allowedNS matches forwarding.namespaces.
 const allowedNS = "nf-k8s"
 
@@ -62,10 +66,10 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	k8sBin, etcd := os.Getenv("PODWIRE_K8S_BIN"), os.Getenv("PODWIRE_ETCD")
-	podwireBin = os.Getenv("PODWIRE_BIN")
+	podwireBin, podwireImage = os.Getenv("PODWIRE_BIN"), os.Getenv("PODWIRE_IMAGE")
 	cniBin := os.Getenv("PODWIRE_CNI_BIN")
-	if k8sBin == "" || etcd == "" || podwireBin == "" || cniBin == "" || os.Geteuid() != 0 {
-		fmt.Println("integration/k8s: needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN and PODWIRE_CNI_BIN: run it with make test-k8s")
+	if k8sBin == "" || etcd == "" || podwireBin == "" || podwireImage == "" || cniBin == "" || os.Geteuid() != 0 {
+		fmt.Println("integration/k8s: needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN, PODWIRE_IMAGE and PODWIRE_CNI_BIN: run it with make test-k8s")
 		return 0
 	}
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
@@ -94,12 +98,8 @@ func run(m *testing.M) int {
 	for _, l := range versions(ctx) {
 		fmt.Println("  " + l)
 	}
-	if err := installPodwire(ctx); err != nil {
-		fmt.Printf("FAIL: podwire install: %v\n", err)
-		return 1
-	}
-	if err := startAgent(ctx); err != nil {
-		fmt.Printf("FAIL: podwire-agent: %v\n%s\n", err, c.LogTail("podwire-agent", 4000))
+	if err := deployPodwire(ctx); err != nil {
+		fmt.Printf("FAIL: kubectl apply -f deploy/: %v\n%s\n", err, describeAgent(ctx))
 		return 1
 	}
 	readiness = startReadinessMonitor()
@@ -129,13 +129,14 @@ func errOrEmpty(err error) string {
 // podwireConfig is podwire's entry on this node: the source check, the
 // forwarding gate (nf-*), egress from the Node annotation (which the node
 // agent writes into stateDir), and a VLAN uplink that does not exist on the
-// node.
+// node. The runtime capability is off: containerd sends no annotations, so
+// every pod's annotations come from the node agent, under deploy/'s RBAC.
+// stateDir is the default, /run/podwire, deploy/'s hostPath.
 func podwireConfig() map[string]any {
 	return map[string]any{
 		"type":         "podwire",
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
-		"logFile":      filepath.Join(c.Dir, "podwire.log"),
-		"stateDir":     filepath.Join(c.Dir, "podwire-state"),
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": false},
+		"logFile":      "/var/log/podwire.log",
 		"sourceCheck":  true,
 		"uplink":       missingUplink,
 		"allowedVLANs": "100-199",
@@ -147,39 +148,76 @@ func podwireConfig() map[string]any {
 	}
 }
 
-// installPodwire chains podwire into the primary's conflist the way an
-// operator does: `podwire install --bin-dir --conflist --config`.
-func installPodwire(ctx context.Context) error {
+// agentNS is deploy/'s namespace.
+const agentNS = "podwire-system"
+
+// deployPodwire installs podwire as a cluster operator does: the image
+// (`make image`) imported into the node's containerd, podwire's entry in the
+// ConfigMap podwire-config, the apiserver's address in the ConfigMap
+// kubernetes-services-endpoint (this cluster runs no kube-proxy, so the
+// kubernetes Service does not route), then `kubectl apply -f deploy/`,
+// unmodified. The DaemonSet's agent installs the plugin binary into the
+// node's /opt/cni/bin and chains podwire into the primary's 0.3.1 conflist.
+// It returns once containerd has loaded the chain and the agent has written
+// the node's egress file, without which an ADD with egress.nodeAnnotation
+// is refused with error 11.
+func deployPodwire(ctx context.Context) error {
 	var err error
 	if podwireEntry, err = json.Marshal(podwireConfig()); err != nil {
 		return err
 	}
-	stateDir = filepath.Join(c.Dir, "podwire-state")
-	out, err := exec.CommandContext(ctx, podwireBin, "install", "--bin-dir", c.CNIBinDir,
-		"--conflist", c.PrimaryConflist, "--config", string(podwireEntry)).CombinedOutput()
-	fmt.Printf("podwire install: %s", out)
-	if err != nil {
+	stateDir = c.NodePath("/run/podwire")
+	if err := c.ImportImage(ctx, podwireImage); err != nil {
 		return err
 	}
-	return waitCNIConfig(ctx, true)
-}
-
-// startAgent runs podwire-agent on the node as a daemon (not yet through
-// deploy/'s DaemonSet) with the kubelet's own credentials, which the Node
-// authorizer limits to what a node may read (its pods, its Node) and create
-// (Events): it keeps podwire in the primary's conflist, writes the Node's
-// egress annotation into stateDir and repairs podwire's tables. It returns
-// once the agent has written the node's egress file, without which an ADD
-// with egress.nodeAnnotation is refused with error 11.
-func startAgent(ctx context.Context) error {
-	agent := filepath.Join(filepath.Dir(podwireBin), "podwire-agent")
-	if err := c.RunDaemon("podwire-agent", agent, "--kubeconfig", c.KubeletKubeconfig,
-		"--node-name", cluster.NodeName, "--state-dir", stateDir, "--cni-conf-dir", c.CNIConfDir,
-		"--cni-bin-dir", c.CNIBinDir, "--plugin", podwireBin, "--config", string(podwireEntry),
-		"--health-addr", ""); err != nil {
+	if _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(deployDir, "00-namespace.yaml")); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "podwire-config",
+		"--from-literal=entry="+string(podwireEntry)); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "kubernetes-services-endpoint",
+		"--from-literal=KUBERNETES_SERVICE_HOST="+cluster.NodeIP.String(),
+		"--from-literal=KUBERNETES_SERVICE_PORT=6443"); err != nil {
+		return err
+	}
+	if err := applyDeploy(ctx); err != nil {
+		return err
+	}
+	if err := waitCNIConfig(ctx, true); err != nil {
 		return err
 	}
 	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
+}
+
+// applyDeploy runs `kubectl apply -f deploy/` and waits for the DaemonSet's
+// rollout: the agent is Ready (informers synced, podwire in the chain).
+func applyDeploy(ctx context.Context) error {
+	start := time.Now()
+	if out, err := c.Kubectl(ctx, "", "apply", "-f", deployDir); err != nil {
+		return fmt.Errorf("kubectl apply -f deploy/: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=120s"); err != nil {
+		return fmt.Errorf("the DaemonSet did not roll out: %v\n%s\n%s", err, out, describeAgent(ctx))
+	}
+	fmt.Printf("podwire: deploy/ applied, agent Ready in %.1fs\n", time.Since(start).Seconds())
+	return nil
+}
+
+// describeAgent is what tells why the agent's pod is not Ready.
+func describeAgent(ctx context.Context) string {
+	out, _ := c.Kubectl(ctx, "", "-n", agentNS, "describe", "pods")
+	return out + "\n" + agentLog(ctx)
+}
+
+// agentLog is the tail of the agent's log (it logs to stderr).
+func agentLog(ctx context.Context) string {
+	out, err := c.Kubectl(ctx, "", "-n", agentNS, "logs", "ds/podwire-agent", "--tail=40")
+	if err != nil {
+		return fmt.Sprintf("kubectl logs: %v: %s", err, out)
+	}
+	return out
 }
 
 // egressFile is where the agent writes the Node's egress annotation.

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -112,6 +113,24 @@ func deletePod(t *testing.T, namespace, name string) {
 	kubectl(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 }
 
+// waitSandboxRemoved waits up to 2 minutes until the CRI holds no sandbox
+// of p: both of containerd's DELs (StopPodSandbox, RemovePodSandbox) ran.
+func waitSandboxRemoved(t *testing.T, p *pod) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		s, err := c.Sandboxes(ctx, p.uid)
+		if err == nil && len(s) == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the sandbox of %s/%s was not removed: %v %v", p.namespace, p.name, s, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // createNamespace creates a namespace and waits for its default
 // ServiceAccount; it is deleted (without waiting) when the test ends.
 func createNamespace(t *testing.T, name string) {
@@ -152,6 +171,30 @@ func hasRecord(t *testing.T, sandbox string) bool {
 	return false
 }
 
+// annotationSource is where podwire's record of sandbox says the pod's
+// annotations came from (runtime, agent or none).
+func annotationSource(t *testing.T, sandbox string) string {
+	t.Helper()
+	for _, r := range records(t) {
+		if !strings.HasPrefix(r, sandbox+"_") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(stateDir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			AnnotationSource string `json:"annotationSource"`
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			t.Fatalf("record %s: %v", r, err)
+		}
+		return rec.AnnotationSource
+	}
+	t.Fatalf("no record of sandbox %s", sandbox)
+	return ""
+}
+
 // nodeRuleset is `nft list ruleset` of the node netns.
 func nodeRuleset(t *testing.T) string {
 	t.Helper()
@@ -164,6 +207,6 @@ func nodeRuleset(t *testing.T) string {
 
 // podwireLog returns podwire's log on the node.
 func podwireLog() string {
-	b, _ := os.ReadFile(filepath.Join(c.Dir, "podwire.log"))
+	b, _ := os.ReadFile(c.NodePath("/var/log/podwire.log"))
 	return string(b)
 }

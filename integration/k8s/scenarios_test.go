@@ -127,6 +127,11 @@ spec:
 		t.Fatalf("the server outside saw source %s, want the client's own 198.51.100.2", src)
 	}
 	t.Logf("client 198.51.100.2 behind %s (%s) reached %s and back", name, router.ip, cluster.OutsideIP)
+	// The runtime capability is off (podwireConfig): the forwarding
+	// annotation reached podwire through the node agent's socket.
+	if src := annotationSource(t, router.sandbox); src != "agent" {
+		t.Fatalf("podwire's record of %s says the annotations came from %q, want \"agent\"", name, src)
+	}
 }
 
 // clientBehind makes a netns wired to the pod by a veth pair: podAddr on
@@ -275,7 +280,7 @@ func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 	})
 	kubectl(t, "", "annotate", "node", cluster.NodeName, "--overwrite", annEgressIP+"="+ip.String())
 	if err := waitFile(context.Background(), egress, func(b []byte) bool { return strings.Contains(string(b), ip.String()) }); err != nil {
-		t.Fatalf("the node agent did not write the annotation: %v\n%s", err, c.LogTail("podwire-agent", 2000))
+		t.Fatalf("the node agent did not write the annotation: %v\n%s", err, agentLog(context.Background()))
 	}
 }
 
@@ -295,18 +300,7 @@ func TestDeletion(t *testing.T) {
 	start := time.Now()
 	deletePod(t, ns, "router-del")
 	t.Logf("pod deleted through the API in %v", time.Since(start).Round(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	for {
-		s, err := c.Sandboxes(ctx, p.uid)
-		if err == nil && len(s) == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the sandbox of %s/router-del was not removed: %v %v", ns, s, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	waitSandboxRemoved(t, p)
 	t.Logf("sandbox removed %v after the delete", time.Since(start).Round(time.Millisecond))
 	if hasRecord(t, p.sandbox) {
 		t.Errorf("podwire's record of %s is left", p.sandbox)
@@ -349,7 +343,7 @@ func TestRewrittenConflist(t *testing.T) {
 	}
 	start := time.Now()
 	if err := waitFile(ctx, c.PrimaryConflist, func(b []byte) bool { return strings.Contains(string(b), `"podwire"`) }); err != nil {
-		t.Fatalf("the agent did not restore podwire's entry: %v\n%s", err, c.LogTail("podwire-agent", 2000))
+		t.Fatalf("the agent did not restore podwire's entry: %v\n%s", err, agentLog(context.Background()))
 	}
 	restored := time.Since(start)
 	if restored > 10*time.Second {

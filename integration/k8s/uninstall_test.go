@@ -1,0 +1,78 @@
+package k8s
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestUninstallLeavesPodsDeletable: `kubectl delete -f deploy/` (the
+// README's uninstall: DaemonSet, RBAC, namespace) removes the agent; a pod
+// wired before is still deleted cleanly through the API afterwards: the
+// DEL works from podwire's record alone, and leaves no record and no set
+// element. It runs last (this file sorts last): the node has no agent
+// afterwards.
+func TestUninstallLeavesPodsDeletable(t *testing.T) {
+	p := runPod(t, "default", "outlives-agent", nil)
+	ipRE := regexp.MustCompile(`\b` + regexp.QuoteMeta(p.ip.String()) + `\b`)
+	if !hasRecord(t, p.sandbox) || !ipRE.MatchString(nodeRuleset(t)) {
+		t.Fatalf("before the uninstall: record %v, element of %s %v: want both", hasRecord(t, p.sandbox), p.ip, ipRE.MatchString(nodeRuleset(t)))
+	}
+	agentUID := kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
+		"-o", "jsonpath={.items[0].metadata.uid}")
+	start := time.Now()
+	kubectl(t, "", "delete", "-f", deployDir, "--wait=true", "--timeout=120s")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		s, err := c.Sandboxes(ctx, agentUID)
+		if err == nil && !anyReady(s) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the agent's pod (uid %s) still runs on the node after the uninstall: %v %v", agentUID, s, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agent.sock")); err == nil {
+		// The socket file may stay; nothing may answer it.
+		t.Logf("agent.sock is left in stateDir (no agent answers it)")
+	}
+	t.Logf("uninstalled in %v; the entry stays in the chain: %v", time.Since(start).Round(time.Millisecond),
+		strings.Contains(readFile(t, c.PrimaryConflist), `"podwire"`))
+
+	start = time.Now()
+	deletePod(t, "default", "outlives-agent")
+	waitSandboxRemoved(t, p)
+	t.Logf("pod deleted and its sandbox removed %v after the delete, with no agent", time.Since(start).Round(time.Millisecond))
+	if hasRecord(t, p.sandbox) {
+		t.Errorf("podwire's record of %s is left", p.sandbox)
+	}
+	if rs := nodeRuleset(t); ipRE.MatchString(rs) {
+		t.Errorf("the node's ruleset still holds %s:\n%s", p.ip, rs)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func anyReady(sandboxes []*runtimeapi.PodSandbox) bool {
+	for _, s := range sandboxes {
+		if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			return true
+		}
+	}
+	return false
+}
