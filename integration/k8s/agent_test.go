@@ -2,7 +2,9 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +67,41 @@ func podwireTables(ruleset string) []string {
 		}
 	}
 	return tables
+}
+
+// TestStatusShowsAgent: `podwire status` on the node (the binary the agent
+// installed, in the node's namespaces) reports the agent's own state: it is
+// Ready for this node and keeps the primary's conflist, and the node tables
+// are current.
+func TestStatusShowsAgent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := c.NodeCommand(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json").Output()
+	if err != nil {
+		t.Fatalf("podwire status: %v\n%s", err, out)
+	}
+	var st struct {
+		Tables []struct {
+			Name    string `json:"name"`
+			Current bool   `json:"current"`
+		} `json:"tables"`
+		Agent *struct {
+			Node     string `json:"node"`
+			Ready    bool   `json:"ready"`
+			Conflist string `json:"conflist"`
+			Mode     string `json:"mode"`
+		} `json:"agent"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("podwire status --json: %v\n%s", err, out)
+	}
+	if a := st.Agent; a == nil || a.Node != cluster.NodeName || !a.Ready || filepath.Base(a.Conflist) != filepath.Base(c.PrimaryConflist) {
+		t.Fatalf("podwire status shows agent %+v, want Ready on %s keeping %s:\n%s", a, cluster.NodeName, filepath.Base(c.PrimaryConflist), out)
+	}
+	for _, tb := range st.Tables {
+		if !tb.Current {
+			t.Errorf("podwire status: table %s not current:\n%s", tb.Name, out)
+		}
+	}
+	t.Logf("podwire status: agent Ready on %s, chain %s (mode %s), %d tables current", st.Agent.Node, st.Agent.Conflist, st.Agent.Mode, len(st.Tables))
 }

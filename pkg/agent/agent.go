@@ -63,6 +63,9 @@ type Agent struct {
 	status agentapi.Status
 	ticked time.Time
 	errs   map[string]string
+	// tablesVerified: a table repair (verify, rebuild what differs) has
+	// succeeded since the start.
+	tablesVerified bool
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -91,6 +94,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
 	}
 	a.syncChain(ctx)
+	// The tables at once, not at the first tick: Ready means they are laid
+	// down (readyLocked).
+	a.repair(ctx)
 	go a.pods.Run(ctx)
 	go a.node.Run(ctx)
 
@@ -268,7 +274,13 @@ func (a *Agent) repair(ctx context.Context) {
 	defer cancel()
 	repaired, tables, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist)
 	a.setErr("table repair", err)
-	if err != nil || !repaired {
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	a.tablesVerified = true
+	a.mu.Unlock()
+	if !repaired {
 		return
 	}
 	now := time.Now()
@@ -284,7 +296,8 @@ func (a *Agent) repair(ctx context.Context) {
 }
 
 // readyLocked is nil when the agent can do its job: the informers have
-// listed once and podwire is in the chain.
+// listed once, podwire is in the chain and its node tables have been
+// verified (and laid down or repaired) at least once.
 func (a *Agent) readyLocked() error {
 	switch {
 	case !a.pods.Synced():
@@ -293,6 +306,8 @@ func (a *Agent) readyLocked() error {
 		return errors.New("node informer not synced")
 	case a.status.Conflist == "":
 		return errors.New("podwire not in the chain yet")
+	case !a.tablesVerified:
+		return errors.New("node tables not verified yet")
 	}
 	return nil
 }

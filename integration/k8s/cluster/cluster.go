@@ -330,8 +330,7 @@ func (c *Cluster) run(name, bin string, args ...string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	argv := append([]string{"-t", fmt.Sprint(c.holder.Process.Pid), "-m", "-n", "--", bin}, args...)
-	cmd := exec.Command("nsenter", argv...)
+	cmd := c.NodeCommand(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a ^C of the test reaches the test only, which
 	// then stops the daemons in order.
@@ -344,6 +343,14 @@ func (c *Cluster) run(name, bin string, args ...string) (*proc, error) {
 	go func() { cmd.Wait(); close(p.exited) }()
 	c.procs = append(c.procs, p)
 	return p, nil
+}
+
+// NodeCommand is bin with args run in the node's network and mount
+// namespaces, as the node's own processes see it (e.g. the plugin that the
+// agent installed at /opt/cni/bin/podwire, reading /run/podwire).
+func (c *Cluster) NodeCommand(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	argv := append([]string{"-t", fmt.Sprint(c.holder.Process.Pid), "-m", "-n", "--", bin}, args...)
+	return exec.CommandContext(ctx, "nsenter", argv...)
 }
 
 // nodeBinds are the node paths that are directories of the run, as the
