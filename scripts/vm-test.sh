@@ -12,6 +12,9 @@
 #
 # Environment:
 #   PODWIRE_VM_RUN      -test.run regexp (default: all tests)
+#   PODWIRE_VM_BENCH    -test.bench regexp: run these benchmarks and no test
+#                       (make bench); PODWIRE_VM_BENCHTIME is -test.benchtime
+#                       (default 20x)
 #   PODWIRE_VM_TIMEOUT  seconds before the VM is killed (default 1200)
 #   PODWIRE_VM_MEM      guest RAM in MiB (default 1024)
 #   PODWIRE_VM_SMP      guest CPUs (default 2; the host has 2 cores)
@@ -25,6 +28,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/integration/vm/build
 ROOTFS=$BUILD/rootfs
 RUN=${PODWIRE_VM_RUN:-}
+BENCH=${PODWIRE_VM_BENCH:-}
+BENCHTIME=${PODWIRE_VM_BENCHTIME:-20x}
 TIMEOUT=${PODWIRE_VM_TIMEOUT:-1200}
 MEM=${PODWIRE_VM_MEM:-1024}
 SMP=${PODWIRE_VM_SMP:-2}
@@ -167,6 +172,8 @@ build_initramfs() {
 	{
 		echo "PODWIRE_VM=1"
 		echo "PODWIRE_VM_RUN='$RUN'"
+		echo "PODWIRE_VM_BENCH='$BENCH'"
+		echo "PODWIRE_VM_BENCHTIME='$BENCHTIME'"
 		echo "PODWIRE_VM_TEST_TIMEOUT=$((TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT))s"
 	} >"$ROOTFS/etc/podwire-vm.env"
 
@@ -197,7 +204,10 @@ boot() {
 	local passed skipped
 	passed=$(grep -ac -- '^--- PASS' "$console" || true)
 	skipped=$(grep -ac -- '--- SKIP' "$console" || true)
-	if [ "$status" = 0 ] && [ "$passed" = 0 ]; then
+	if [ -n "$BENCH" ]; then
+		passed=$(grep -ac -- '^Benchmark' "$console" || true)
+		[ "$status" != 0 ] || [ "$passed" != 0 ] || die "no benchmark ran in the VM (PODWIRE_VM_BENCH='$BENCH'?)"
+	elif [ "$status" = 0 ] && [ "$passed" = 0 ]; then
 		die "no test ran in the VM (PODWIRE_VM_RUN='$RUN'?)"
 	fi
 	if [ "$status" = 0 ]; then

@@ -46,6 +46,7 @@ type options struct {
 	notes      []string
 	profWrap   string
 	foreign    foreignShape
+	vlanVM     string // file with the VM's PODWIRE-VLAN-BENCH line
 }
 
 // bench holds the run's setup and results.
@@ -85,6 +86,7 @@ func main() {
 		o.notes = append(o.notes, v)
 		return nil
 	})
+	flag.StringVar(&o.vlanVM, "vlan-vm", "", "the VM's VLAN benchmark output (scripts/vm-test.sh with PODWIRE_VM_BENCH=VLANAttachment), for row G")
 	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
 	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")
 	benchBin := flag.String("bench-bin", ".cache/bench-bin", "dir holding the passthrough plugin")
@@ -154,6 +156,9 @@ func (b *bench) run() error {
 	b.r.machine = describeMachine(b)
 	b.r.sizes = binarySizes(b)
 	b.r.vlanOK, b.r.vlanReason = probeVLANFiltering()
+	if b.opt.vlanVM != "" {
+		b.r.vlanVM = readVLANVM(b.opt.vlanVM)
+	}
 	b.progress("start-up: CNI VERSION of podwire and of the minimal plugin")
 	if err := b.startup(); err != nil {
 		return err

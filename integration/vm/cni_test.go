@@ -21,7 +21,7 @@ import (
 // pluginDirs are where libcni finds podwire, ptp and host-local: the
 // initramfs's /opt/cni/bin in the VM, else PODWIRE_BIN's directory and
 // PODWIRE_CNI_BIN (as `make test-integration` sets them).
-func pluginDirs(t *testing.T) []string {
+func pluginDirs(t testing.TB) []string {
 	t.Helper()
 	dirs := []string{"/opt/cni/bin"}
 	if !inVM() {
@@ -44,7 +44,7 @@ func pluginDirs(t *testing.T) []string {
 
 // node is a simulated node: its netns, CNI cache, IPAM data and podwire state.
 type node struct {
-	t   *testing.T
+	t   testing.TB
 	ns  ns.NetNS
 	dir string
 	cni *libcni.CNIConfig
@@ -52,7 +52,7 @@ type node struct {
 	podwire map[string]any
 }
 
-func newNode(t *testing.T, podwire map[string]any) *node {
+func newNode(t testing.TB, podwire map[string]any) *node {
 	t.Helper()
 	dirs := pluginDirs(t)
 	n := &node{t: t, ns: newNS(t), dir: t.TempDir(), podwire: podwire}

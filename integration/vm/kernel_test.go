@@ -75,7 +75,7 @@ func (c *capability) check() error {
 
 // require skips t (natively) or fails it (in the VM) unless the kernel has
 // every capability in caps. The test must run as root.
-func require(t *testing.T, caps ...*capability) {
+func require(t testing.TB, caps ...*capability) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if inVM() {

@@ -19,7 +19,7 @@ import (
 
 // newNS makes a network namespace with lo up that is released (with the
 // lazy-unmount fallback) when t ends. Test goroutine only.
-func newNS(t *testing.T) ns.NetNS {
+func newNS(t testing.TB) ns.NetNS {
 	t.Helper()
 	n, err := cnitest.NewNS()
 	if err != nil {
@@ -33,7 +33,7 @@ func newNS(t *testing.T) ns.NetNS {
 var linkUp = cnitest.LinkUp
 
 // addVeth makes a veth pair with hostName in host and peerName in peer, both up.
-func addVeth(t *testing.T, host ns.NetNS, hostName string, peer ns.NetNS, peerName string) {
+func addVeth(t testing.TB, host ns.NetNS, hostName string, peer ns.NetNS, peerName string) {
 	t.Helper()
 	err := host.Do(func(ns.NetNS) error {
 		v := &netlink.Veth{

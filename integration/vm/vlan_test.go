@@ -28,7 +28,7 @@ func vlanConf(extra map[string]any) map[string]any {
 
 // addUplink makes the node's uplink: a veth name in the node netns whose
 // far end, eth0 in a new netns, stands for the switch port (a trunk).
-func addUplink(t *testing.T, n *node, name string) ns.NetNS {
+func addUplink(t testing.TB, n *node, name string) ns.NetNS {
 	t.Helper()
 	far := newNS(t)
 	addVeth(t, n.ns, name, far, "eth0")
