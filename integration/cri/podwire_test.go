@@ -2,7 +2,6 @@ package cri
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -144,34 +144,16 @@ func checkPodwireLeftovers(t *testing.T, n *node) {
 // current.
 func checkStatusCLI(t *testing.T, n *node, conflist string, want map[string]bool) {
 	t.Helper()
-	out, err := exec.Command("nsenter", "--net="+n.netns.Path(), "--",
-		filepath.Join(n.binDir, "podwire"), "status", "--conflist", conflist, "--json").Output()
+	st, out, err := cnitest.RunStatus(exec.Command("nsenter", "--net="+n.netns.Path(), "--",
+		filepath.Join(n.binDir, "podwire"), "status", "--conflist", conflist, "--json"))
 	if err != nil {
-		t.Fatalf("podwire status: %v\n%s", err, out)
-	}
-	var st struct {
-		Tables []struct {
-			Name    string `json:"name"`
-			Current bool   `json:"current"`
-		} `json:"tables"`
-		Attachments []struct {
-			Pod         string `json:"pod"`
-			Forwarding  bool   `json:"forwarding"`
-			SourceCheck bool   `json:"sourceCheck"`
-			Complete    bool   `json:"complete"`
-		} `json:"attachments"`
-		Warnings []string `json:"warnings"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatalf("podwire status --json: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	if len(st.Tables) == 0 {
 		t.Errorf("podwire status lists no node tables")
 	}
-	for _, tb := range st.Tables {
-		if !tb.Current {
-			t.Errorf("podwire status: table %s not current", tb.Name)
-		}
+	if nc := st.NotCurrent(); len(nc) > 0 {
+		t.Errorf("podwire status: tables %v not current", nc)
 	}
 	got := map[string]bool{}
 	for _, a := range st.Attachments {

@@ -2,13 +2,13 @@ package k8s
 
 import (
 	"context"
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
@@ -76,32 +76,15 @@ func podwireTables(ruleset string) []string {
 func TestStatusShowsAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := c.NodeCommand(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json").Output()
+	st, out, err := cnitest.RunStatus(c.NodeCommand(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
 	if err != nil {
-		t.Fatalf("podwire status: %v\n%s", err, out)
-	}
-	var st struct {
-		Tables []struct {
-			Name    string `json:"name"`
-			Current bool   `json:"current"`
-		} `json:"tables"`
-		Agent *struct {
-			Node     string `json:"node"`
-			Ready    bool   `json:"ready"`
-			Conflist string `json:"conflist"`
-			Mode     string `json:"mode"`
-		} `json:"agent"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatalf("podwire status --json: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	if a := st.Agent; a == nil || a.Node != cluster.NodeName || !a.Ready || filepath.Base(a.Conflist) != filepath.Base(c.PrimaryConflist) {
 		t.Fatalf("podwire status shows agent %+v, want Ready on %s keeping %s:\n%s", a, cluster.NodeName, filepath.Base(c.PrimaryConflist), out)
 	}
-	for _, tb := range st.Tables {
-		if !tb.Current {
-			t.Errorf("podwire status: table %s not current:\n%s", tb.Name, out)
-		}
+	if len(st.Tables) == 0 || len(st.NotCurrent()) > 0 {
+		t.Fatalf("podwire status: tables not current %v of %d:\n%s", st.NotCurrent(), len(st.Tables), out)
 	}
 	t.Logf("podwire status: agent Ready on %s, chain %s (mode %s), %d tables current", st.Agent.Node, st.Agent.Conflist, st.Agent.Mode, len(st.Tables))
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -129,6 +130,23 @@ func waitSandboxRemoved(t *testing.T, p *pod) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// checkPodLeftNothing fails the test when podwire's record of p, or p's
+// address in the node's ruleset (a set element), is left.
+func checkPodLeftNothing(t *testing.T, p *pod) {
+	t.Helper()
+	if hasRecord(t, p.sandbox) {
+		t.Errorf("podwire's record of %s is left", p.sandbox)
+	}
+	if rs := nodeRuleset(t); podIPRE(p).MatchString(rs) {
+		t.Errorf("the node's ruleset still holds %s:\n%s", p.ip, rs)
+	}
+}
+
+// podIPRE matches p's address as a whole word.
+func podIPRE(p *pod) *regexp.Regexp {
+	return regexp.MustCompile(`\b` + regexp.QuoteMeta(p.ip.String()) + `\b`)
 }
 
 // createNamespace creates a namespace and waits for its default

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -292,7 +291,7 @@ func TestDeletion(t *testing.T) {
 	routes := netip.MustParsePrefix("198.51.100.128/25")
 	createNamespace(t, ns)
 	p := runPod(t, ns, "router-del", map[string]string{annForwarding: "true", annRoutes: routes.String()})
-	ipRE := regexp.MustCompile(`\b` + regexp.QuoteMeta(p.ip.String()) + `\b`)
+	ipRE := podIPRE(p)
 	if !hasRecord(t, p.sandbox) || !ipRE.MatchString(nodeRuleset(t)) || !hasRoute(t, routes) {
 		t.Fatalf("before deletion: record %v, element of %s %v, route to %s %v: want all",
 			hasRecord(t, p.sandbox), p.ip, ipRE.MatchString(nodeRuleset(t)), routes, hasRoute(t, routes))
@@ -302,12 +301,7 @@ func TestDeletion(t *testing.T) {
 	t.Logf("pod deleted through the API in %v", time.Since(start).Round(time.Millisecond))
 	waitSandboxRemoved(t, p)
 	t.Logf("sandbox removed %v after the delete", time.Since(start).Round(time.Millisecond))
-	if hasRecord(t, p.sandbox) {
-		t.Errorf("podwire's record of %s is left", p.sandbox)
-	}
-	if rs := nodeRuleset(t); ipRE.MatchString(rs) {
-		t.Errorf("the node's ruleset still holds %s:\n%s", p.ip, rs)
-	}
+	checkPodLeftNothing(t, p)
 	if hasRoute(t, routes) {
 		t.Errorf("the route to %s is left on the node", routes)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +19,8 @@ import (
 // afterwards.
 func TestUninstallLeavesPodsDeletable(t *testing.T) {
 	p := runPod(t, "default", "outlives-agent", nil)
-	ipRE := regexp.MustCompile(`\b` + regexp.QuoteMeta(p.ip.String()) + `\b`)
-	if !hasRecord(t, p.sandbox) || !ipRE.MatchString(nodeRuleset(t)) {
-		t.Fatalf("before the uninstall: record %v, element of %s %v: want both", hasRecord(t, p.sandbox), p.ip, ipRE.MatchString(nodeRuleset(t)))
+	if !hasRecord(t, p.sandbox) || !podIPRE(p).MatchString(nodeRuleset(t)) {
+		t.Fatalf("before the uninstall: record %v, element of %s %v: want both", hasRecord(t, p.sandbox), p.ip, podIPRE(p).MatchString(nodeRuleset(t)))
 	}
 	agentUID := kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
 		"-o", "jsonpath={.items[0].metadata.uid}")
@@ -51,12 +49,7 @@ func TestUninstallLeavesPodsDeletable(t *testing.T) {
 	deletePod(t, "default", "outlives-agent")
 	waitSandboxRemoved(t, p)
 	t.Logf("pod deleted and its sandbox removed %v after the delete, with no agent", time.Since(start).Round(time.Millisecond))
-	if hasRecord(t, p.sandbox) {
-		t.Errorf("podwire's record of %s is left", p.sandbox)
-	}
-	if rs := nodeRuleset(t); ipRE.MatchString(rs) {
-		t.Errorf("the node's ruleset still holds %s:\n%s", p.ip, rs)
-	}
+	checkPodLeftNothing(t, p)
 }
 
 func readFile(t *testing.T, path string) string {
