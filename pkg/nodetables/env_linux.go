@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -15,7 +17,7 @@ import (
 )
 
 // ReadEnv reads what the tables depend on from the node (the current netns)
-// and stateDir: the probe uplinks (one route dump per family with a probe
+// and stateDir, once per invocation: the probe uplinks (one route dump per family with a probe
 // pair, only when probeSNAT.interfaces is empty) and the egress IPs (the
 // cached node annotation, a file read, when egress.nodeAnnotation is on; no
 // API call). It does not fail: what it cannot read becomes a warning, and the
@@ -58,8 +60,12 @@ func ReadEnv(conf *config.NetConf) Env {
 		switch {
 		case err != nil:
 			env.Warnings = append(env.Warnings, fmt.Sprintf("egress.nodeAnnotation: %v", err))
+			env.NodeEgressErr = types.NewError(types.ErrTryAgainLater, "failed to read the node's egress annotation", err.Error())
 		case c == nil:
 			env.Warnings = append(env.Warnings, "egress.nodeAnnotation: the node annotation was not read yet")
+			env.NodeEgressErr = types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+				"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
+				EgressAnnotation, conf.StateDir), "")
 		default:
 			if c.V4.IsValid() {
 				env.Egress4 = c.V4

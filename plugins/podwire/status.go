@@ -5,29 +5,31 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/ruleset"
 )
 
 // cmdStatus answers whether ADD can work (CNI 1.1 STATUS): nil while an
 // ordinary pod's ADD can, error 50 (plugin not available) only when none can
 // (see health). Warnings are logged once per change and nothing is logged
 // when nothing changed: kubelets poll STATUS every few seconds.
-func cmdStatus(args *skel.CmdArgs) error {
-	a, err := newAttachment(args, "STATUS")
+func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
+	s, err := p.newSession(args, "STATUS")
 	if err != nil {
 		return err
 	}
-	h := readHealth(a.conf, a.nftOK())
+	h := readHealth(s.conf, s.nftOK())
 	if len(h.Unavailable) > 0 {
 		// Logged each time: the node is NotReady until this is fixed.
-		a.log.Error("STATUS: plugin not available", "problems", h.Unavailable)
+		s.log.Error("STATUS: plugin not available", "problems", h.Unavailable)
 		return types.NewError(types.ErrPluginNotAvailable, strings.Join(h.Unavailable, "; "), "")
 	}
-	if warningsChanged(a.conf.StateDir, h.Warnings) {
+	if warningsChanged(s.conf.StateDir, h.Warnings) {
 		if len(h.Warnings) == 0 {
-			a.log.Info("STATUS: warnings cleared")
+			s.log.Info("STATUS: warnings cleared")
 		}
 		for _, w := range h.Warnings {
-			a.log.Warn("STATUS: " + w)
+			s.log.Warn("STATUS: " + w)
 		}
 	}
 	return nil
@@ -35,12 +37,12 @@ func cmdStatus(args *skel.CmdArgs) error {
 
 // nftOK returns the nftables probe for readHealth: nil when the config
 // wants no node tables (ADD then never touches nftables).
-func (a *attachment) nftOK() func() error {
-	if len(a.tables()) == 0 {
+func (s *session) nftOK() func() error {
+	if len(ruleset.Tables(s.conf, s.links.tablesEnv(s.conf))) == 0 {
 		return nil
 	}
 	return func() error {
-		c, err := a.conn()
+		c, err := s.conn()
 		if err == nil {
 			_, err = c.ListTables()
 		}
