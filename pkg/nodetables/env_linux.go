@@ -162,16 +162,12 @@ func routeInterfaces(routes []netlink.Route) []string {
 	return slices.Compact(names)
 }
 
-// Warnings are the findings of the node tables for the log and `podwire
-// status`, read in the current netns: an egress IP that is not assigned to any
-// interface of the node (the SNATed traffic's answers would not come back),
-// no egress IP at all, a probe without an uplink, an unread node annotation.
-func Warnings(conf *config.NetConf) []string {
-	return EnvWarnings(ReadEnv(conf))
-}
-
-// EnvWarnings is Warnings for an Env already read: one route lookup per
-// egress IP, whatever the number of pods.
+// EnvWarnings are the findings of the node tables for the log and `podwire
+// status`, for an Env read by ReadEnv: env's own (a probe without an uplink,
+// an unread node annotation, no egress IP) and an egress IP that is not
+// assigned to any interface of the current netns (the SNATed traffic's
+// answers would not come back): one route lookup per egress IP, whatever the
+// number of pods.
 func EnvWarnings(env Env) []string {
 	out := append([]string(nil), env.Warnings...)
 	for _, ip := range []netip.Addr{env.Egress4, env.Egress6} {

@@ -26,6 +26,9 @@ type links interface {
 	primary(prevResult *current.Result, ifName, netns string) (*primary.Attachment, error)
 	// linkExists fails when the interface name is not in the node's netns.
 	linkExists(name string) error
+	// checkUplink fails when the uplink cannot carry VLANs: missing, or
+	// holding a global address (vlanbridge.CheckUplinkAddresses).
+	checkUplink(name string) error
 	// vlanEnv reads what planning a VLAN port p with uplink ("" for none)
 	// depends on.
 	vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv

@@ -39,6 +39,11 @@ func (linuxLinks) linkExists(name string) error {
 	return err
 }
 
+func (linuxLinks) checkUplink(name string) error {
+	_, err := vlanbridge.CheckUplinkAddresses(name)
+	return err
+}
+
 func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv {
 	var env vlanEnv
 	env.namesErr = vlanbridge.CheckNames(p)

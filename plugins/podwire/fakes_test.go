@@ -64,6 +64,8 @@ func (f *fakeLinks) linkExists(name string) error {
 	return nil
 }
 
+func (f *fakeLinks) checkUplink(name string) error { return f.linkExists(name) }
+
 func (f *fakeLinks) addRoutes(rs []forwarding.Route) error {
 	if f.failAddRoutes != nil {
 		return f.failAddRoutes

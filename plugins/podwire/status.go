@@ -6,6 +6,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/ruleset"
 )
 
@@ -18,7 +19,8 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	h := readHealth(s.conf, s.nftOK())
+	env := p.links.tablesEnv(s.conf)
+	h := p.readHealth(s.conf, env, s.nftOK(env))
 	if len(h.Unavailable) > 0 {
 		// Logged each time: the node is NotReady until this is fixed.
 		s.log.Error("STATUS: plugin not available", "problems", h.Unavailable)
@@ -36,9 +38,10 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 }
 
 // nftOK returns the nftables probe for readHealth: nil when the config
-// wants no node tables (ADD then never touches nftables).
-func (s *session) nftOK() func() error {
-	if len(ruleset.Tables(s.conf, s.links.tablesEnv(s.conf))) == 0 {
+// wants no node tables on a node described by env (ADD then never touches
+// nftables).
+func (s *session) nftOK(env nodetables.Env) func() error {
+	if len(ruleset.Tables(s.conf, env)) == 0 {
 		return nil
 	}
 	return func() error {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/testutils"
 
@@ -185,7 +186,7 @@ func (n *testNode) assertGone(what string, p testPod, elems nft.Elements) {
 var (
 	ordinary = testPod{id: "c-ordinary", ns: "default", name: "web", hostIf: "veth-ord", ip4: "10.199.0.5",
 		ann: map[string]string{}}
-	router   = testPod{id: "c-router", ns: "nf-a", name: "router", hostIf: "veth-rtr", ip4: "10.199.0.6",
+	router = testPod{id: "c-router", ns: "nf-a", name: "router", hostIf: "veth-rtr", ip4: "10.199.0.6",
 		ann: map[string]string{"podwire.io/forwarding": "true", "podwire.io/routes": "198.51.100.0/25"}}
 )
 
@@ -343,5 +344,36 @@ func TestGCInProcess(t *testing.T) {
 	n.assertGone("GC", router, routerElems)
 	if err := n.check("1.1.0", ordinary); err != nil {
 		t.Fatalf("CHECK of the valid attachment after GC: %v", err)
+	}
+}
+
+// TestStatusInProcess: a missing VLAN uplink is a warning, logged once per
+// change, and STATUS succeeds; an unusable stateDir is error 50.
+func TestStatusInProcess(t *testing.T) {
+	n := newTestNode(t)
+	status := func(extra map[string]any) error {
+		args := &skel.CmdArgs{StdinData: n.conf("1.1.0", testPod{}, false, extra)}
+		return testutils.CmdStatus(func() error { return n.p.cmdStatus(args) })
+	}
+	uplink := map[string]any{"uplink": "nope0"}
+	for range 2 {
+		if err := status(uplink); err != nil {
+			t.Fatalf("STATUS with a missing uplink: %v, want success (a warning)", err)
+		}
+	}
+	log, err := os.ReadFile(n.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := strings.Count(string(log), `uplink \"nope0\" missing`); c != 1 {
+		t.Errorf("the uplink warning was logged %d times over two STATUS, want once:\n%s", c, log)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var e *types.Error
+	if err := status(map[string]any{"stateDir": filepath.Join(file, "state")}); !errors.As(err, &e) || e.Code != types.ErrPluginNotAvailable {
+		t.Fatalf("STATUS with stateDir under a file: %v, want CNI error 50", err)
 	}
 }
