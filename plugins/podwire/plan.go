@@ -95,6 +95,7 @@ func (p *plugin) readEnv(in *planInput) nodeEnv {
 	if in.ann.Forwarding && env.primaryErr == nil && env.primary.HostIfName != "" {
 		env.hostRPFilter, env.hostRPFilterErr = p.sysctls.get(forwarding.RPFilterKey(env.primary.HostIfName))
 	}
+	// A VLAN the pod may not have is the plan's refusal: nothing to read.
 	if v, err := wantedVLAN(in); err == nil && v != nil {
 		env.vlan = p.links.vlanEnv(port(v, in.netns), v.Uplink)
 	}
