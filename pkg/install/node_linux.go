@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -105,7 +104,7 @@ func CheckNoAttachments(stateDir string) error {
 	if len(recs) > 0 {
 		var pods []string
 		for _, r := range recs {
-			pods = append(pods, podName(r))
+			pods = append(pods, r.PodRef())
 		}
 		return fmt.Errorf("%d attachments still recorded in %q (%s): delete those pods first, or pass --force", len(recs), stateDir, strings.Join(pods, ", "))
 	}
@@ -163,12 +162,4 @@ func removeBridge(name, uplink string, res *NodeResult) error {
 	}
 	res.Bridge = name
 	return nil
-}
-
-// podName names an attachment for messages.
-func podName(r *state.Record) string {
-	if r.PodName != "" {
-		return r.PodNamespace + "/" + r.PodName
-	}
-	return filepath.Base(r.ContainerID)
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
-
 	"github.com/podwire/podwire/pkg/config"
 )
 
@@ -33,26 +31,6 @@ func WriteNodeEgress(stateDir, node string, value string, found bool, now time.T
 		return false, nil
 	}
 	return true, writeCache(stateDir, c)
-}
-
-// CheckNodeEgress makes sure the node agent has written the node's egress
-// annotation into stateDir when egress.nodeAnnotation is on: an ADD must not
-// guess the egress IP, so with no file it is CNI error 11 (try again later).
-// The plugin makes no API call.
-func CheckNodeEgress(conf *config.NetConf) error {
-	if !conf.EgressEnabled() || !conf.Egress.NodeAnnotation {
-		return nil
-	}
-	c, err := readCache(conf.StateDir)
-	if err != nil {
-		return types.NewError(types.ErrTryAgainLater, "failed to read the node's egress annotation", err.Error())
-	}
-	if c == nil {
-		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
-			"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
-			EgressAnnotation, conf.StateDir), "")
-	}
-	return nil
 }
 
 // ParseEgressAnnotation parses "203.0.113.10,2001:db8::10": the first IPv4 and

@@ -22,14 +22,14 @@ func TestNodeEgressFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var e *types.Error
-	if err := CheckNodeEgress(conf); !errors.As(err, &e) || e.Code != types.ErrTryAgainLater {
+	if err := ReadEnv(conf).NodeEgressErr; !errors.As(err, &e) || e.Code != types.ErrTryAgainLater {
 		t.Fatalf("no file yet: %v, want CNI error 11", err)
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if changed, err := WriteNodeEgress(conf.StateDir, "worker-1", "203.0.113.10, 2001:db8::10,203.0.113.11", true, t0); err != nil || !changed {
 		t.Fatalf("first write: changed %v err %v", changed, err)
 	}
-	if err := CheckNodeEgress(conf); err != nil {
+	if err := ReadEnv(conf).NodeEgressErr; err != nil {
 		t.Fatalf("after the agent's write: %v", err)
 	}
 	env := ReadEnv(conf)
@@ -46,7 +46,7 @@ func TestNodeEgressFile(t *testing.T) {
 		t.Errorf("egress IPs after the annotation went: %v %v", env.Egress4, env.Egress6)
 	}
 	off, _ := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire","stateDir":"` + t.TempDir() + `"}`))
-	if err := CheckNodeEgress(off); err != nil {
+	if err := ReadEnv(off).NodeEgressErr; err != nil {
 		t.Errorf("without egress.nodeAnnotation: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // cacheName is the node annotation cache in stateDir. Not "*.json": the state
@@ -44,10 +46,9 @@ func readCache(stateDir string) (*nodeCache, error) {
 	return c, nil
 }
 
-// staleTmpAge is when a leftover temporary cache file counts as a crash's.
-const staleTmpAge = 10 * time.Second
-
-// writeCache writes c atomically (temporary file, rename), mode 0600.
+// writeCache writes c with atomicfile.WriteFile, mode 0600. The node agent
+// is the only writer (WriteNodeEgress), so the temporary files a killed
+// writer left are its own and are removed first.
 func writeCache(stateDir string, c *nodeCache) error {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create state dir %q: %w", stateDir, err)
@@ -56,32 +57,11 @@ func writeCache(stateDir string, c *nodeCache) error {
 	if err != nil {
 		return err
 	}
-	// One fixed temporary name, created exclusively: a podwire killed
-	// between create and rename leaves at most this one file, which the next
-	// writer removes once it is stale; a concurrent writer skips (it is only
-	// a cache).
-	tmpPath := filepath.Join(stateDir, "."+cacheName+".tmp")
-	tmp, err := os.OpenFile(tmpPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		if st, serr := os.Stat(tmpPath); serr == nil && time.Since(st.ModTime()) > staleTmpAge {
-			_ = os.Remove(tmpPath)
-		}
-		return nil
-	}
-	if err != nil {
+	path := filepath.Join(stateDir, cacheName)
+	if err := atomicfile.RemoveTemps(path); err != nil {
 		return fmt.Errorf("failed to write the node annotation cache: %w", err)
 	}
-	defer os.Remove(tmpPath) // no-op after the rename
-	if _, err = tmp.Write(b); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmpPath, filepath.Join(stateDir, cacheName))
-	}
-	if err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("failed to write the node annotation cache: %w", err)
 	}
 	return nil

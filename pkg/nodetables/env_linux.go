@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -15,7 +17,7 @@ import (
 )
 
 // ReadEnv reads what the tables depend on from the node (the current netns)
-// and stateDir: the probe uplinks (one route dump per family with a probe
+// and stateDir, once per invocation: the probe uplinks (one route dump per family with a probe
 // pair, only when probeSNAT.interfaces is empty) and the egress IPs (the
 // cached node annotation, a file read, when egress.nodeAnnotation is on; no
 // API call). It does not fail: what it cannot read becomes a warning, and the
@@ -58,8 +60,12 @@ func ReadEnv(conf *config.NetConf) Env {
 		switch {
 		case err != nil:
 			env.Warnings = append(env.Warnings, fmt.Sprintf("egress.nodeAnnotation: %v", err))
+			env.NodeEgressErr = types.NewError(types.ErrTryAgainLater, "failed to read the node's egress annotation", err.Error())
 		case c == nil:
 			env.Warnings = append(env.Warnings, "egress.nodeAnnotation: the node annotation was not read yet")
+			env.NodeEgressErr = types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+				"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
+				EgressAnnotation, conf.StateDir), "")
 		default:
 			if c.V4.IsValid() {
 				env.Egress4 = c.V4
@@ -156,16 +162,12 @@ func routeInterfaces(routes []netlink.Route) []string {
 	return slices.Compact(names)
 }
 
-// Warnings are the findings of the node tables for the log and `podwire
-// status`, read in the current netns: an egress IP that is not assigned to any
-// interface of the node (the SNATed traffic's answers would not come back),
-// no egress IP at all, a probe without an uplink, an unread node annotation.
-func Warnings(conf *config.NetConf) []string {
-	return EnvWarnings(ReadEnv(conf))
-}
-
-// EnvWarnings is Warnings for an Env already read: one route lookup per
-// egress IP, whatever the number of pods.
+// EnvWarnings are the findings of the node tables for the log and `podwire
+// status`, for an Env read by ReadEnv: env's own (a probe without an uplink,
+// an unread node annotation, no egress IP) and an egress IP that is not
+// assigned to any interface of the current netns (the SNATed traffic's
+// answers would not come back): one route lookup per egress IP, whatever the
+// number of pods.
 func EnvWarnings(env Env) []string {
 	out := append([]string(nil), env.Warnings...)
 	for _, ip := range []netip.Addr{env.Egress4, env.Egress6} {

@@ -54,6 +54,11 @@ type Env struct {
 	Egress4, Egress6 netip.Addr
 	// Warnings are findings for the log and `podwire status`.
 	Warnings []string
+	// NodeEgressErr is CNI error 11 (try again later) when
+	// egress.nodeAnnotation is on and the node agent has not written the
+	// node's annotation into stateDir (or it cannot be read): an ADD must
+	// not guess the egress IP. Nil otherwise.
+	NodeEgressErr error
 }
 
 // Tables returns the node tables for conf on a node described by env, in a

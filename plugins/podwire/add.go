@@ -11,136 +11,139 @@ import (
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/ruleset"
-	"github.com/podwire/podwire/pkg/state"
 )
 
 // agentTimeout bounds the wait for the node agent's answer (it may be
 // restarting); then ADD fails with CNI error 11, try again later.
 const agentTimeout = 5 * time.Second
 
-func cmdAdd(args *skel.CmdArgs) error {
-	a, err := newAttachment(args, "ADD")
+// cmdAdd: annotations → gates → node snapshot → pure plan → record written
+// (incomplete) → node tables ensured → every step's add → the attachment's
+// elements in one batch → record complete → result. Any failure after the
+// record rolls back what ran (teardown).
+func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
+	s, err := p.newSession(args, "ADD")
 	if err != nil {
 		return err
 	}
-	if a.conf.Result == nil {
+	if s.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"podwire must be chained after a plugin that returns a result (no prevResult)", "")
 	}
-	a.res = a.conf.Result
-	if err := a.resolveAnnotations(); err != nil {
+	in := &planInput{conf: s.conf, containerID: args.ContainerID, ifName: args.IfName, netns: args.Netns,
+		pod: s.pod, prevResult: s.conf.Result, now: time.Now()}
+	if err := s.resolveAnnotations(in); err != nil {
 		return err
 	}
-	if err := podmeta.Admit(a.conf, a.pod, a.ann); err != nil {
-		a.log.Warn("refused", "error", err)
+	if err := podmeta.Admit(s.conf, s.pod, in.ann); err != nil {
+		s.log.Warn("refused", "error", err)
 		return err
 	}
-	a.rec = &state.Record{
-		ContainerID: args.ContainerID, IfName: args.IfName, Netns: args.Netns,
-		Network: a.conf.Name, Created: time.Now().UTC(),
-		PodNamespace: a.pod.Namespace, PodName: a.pod.Name, PodUID: a.pod.UID,
-		AnnotationSource: a.source,
-	}
-	if old, err := a.store.Get(args.ContainerID, args.IfName); err == nil && old != nil {
+	if old, err := s.store.Get(args.ContainerID, args.IfName); err == nil && old != nil {
 		// A repeated ADD for the same attachment: undo the first one, so
-		// nothing it made is left unrecorded.
-		a.log.Warn("ADD for an attachment that exists: removing the old one first")
-		// The same attachment, not a copy: the node lock's depth counter
-		// must stay one.
-		cur := a.rec
-		a.rec = old
-		err := a.teardown(len(steps))
-		a.rec = cur
-		if err != nil {
+		// nothing it made is left unrecorded (and its names are free for
+		// the plan).
+		s.log.Warn("ADD for an attachment that exists: removing the old one first")
+		if err := s.attach(old).teardown(len(steps)); err != nil {
 			return err
 		}
 	}
-	for _, s := range steps {
-		if err := s.plan(a); err != nil {
-			return fmt.Errorf("%s: %w", s.name(), err)
-		}
+	in.env = p.readEnv(in)
+	plan, err := planAttachment(in)
+	if err != nil {
+		return err
 	}
-	if err := a.store.Put(a.rec); err != nil {
+	x := s.attach(plan.rec)
+	x.res, x.env = s.conf.Result, in.env
+	if err := s.store.Put(x.rec); err != nil {
 		return err
 	}
 	ran := 0
 	success := false
 	defer func() {
 		if !success {
-			if err := a.teardown(ran); err != nil {
-				a.log.Error("rollback incomplete", "error", err)
+			if err := x.teardown(ran); err != nil {
+				x.log.Error("rollback incomplete", "error", err)
 			}
 		}
 	}()
-	if err := a.ensureTables(); err != nil {
+	// Even with no table wanted: a table the config no longer wants goes.
+	if err := s.ensureTables(plan.tables); err != nil {
 		return err
 	}
-	for _, s := range steps {
+	for _, st := range steps {
 		ran++
-		if err := s.add(a); err != nil {
-			a.log.Error("ADD failed", "step", s.name(), "error", err)
-			return fmt.Errorf("%s: %w", s.name(), err)
+		a, ok := st.(adder)
+		if !ok {
+			continue
+		}
+		if err := a.add(x); err != nil {
+			x.log.Error("ADD failed", "step", st.name(), "error", err)
+			return fmt.Errorf("%s: %w", st.name(), err)
 		}
 	}
-	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
-		c, err := a.conn()
+	if len(plan.elems) > 0 {
+		c, err := s.conn()
 		if err != nil {
 			return err
 		}
-		if err := nft.AddElements(c, a.tables(), e); err != nil {
+		if err := nft.AddElements(c, plan.tables, plan.elems); err != nil {
 			return err
 		}
 	}
-	a.rec.Complete = true
-	if err := a.store.Put(a.rec); err != nil {
+	x.rec.Complete = true
+	if err := s.store.Put(x.rec); err != nil {
 		return err
 	}
 	success = true
-	a.log.Info("ADD done", "forwarding", a.rec.Forwarding, "hostIf", a.rec.HostIfName, "addresses", a.rec.Addresses)
-	return types.PrintResult(a.res, a.conf.CNIVersion)
+	x.log.Info("ADD done", "forwarding", x.rec.Forwarding, "hostIf", x.rec.HostIfName, "addresses", x.rec.Addresses)
+	return types.PrintResult(x.res, s.conf.CNIVersion)
 }
 
 // resolveAnnotations reads the pod's annotations, from the runtime or the
-// node agent.
-func (a *attachment) resolveAnnotations() error {
+// node agent, into in.
+func (s *session) resolveAnnotations(in *planInput) error {
 	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 	defer cancel()
-	raw, source, err := podmeta.Resolve(ctx, a.conf.RuntimeConfig.PodAnnotations, a.pod, podmeta.AgentFetcher{Socket: a.conf.AgentSocket})
+	raw, source, err := podmeta.Resolve(ctx, s.conf.RuntimeConfig.PodAnnotations, s.pod, podmeta.AgentFetcher{Socket: s.conf.AgentSocket})
 	if err != nil {
 		return err
 	}
-	if a.ann, err = podmeta.ParseAnnotations(raw); err != nil {
+	if in.ann, err = podmeta.ParseAnnotations(raw); err != nil {
 		return err
 	}
-	a.log = a.log.With("annotations", source)
-	a.source = source
+	s.log = s.log.With("annotations", source)
+	in.source = source
 	return nil
 }
 
 // teardown undoes an attachment from its record: the set elements, then the
-// first n steps in reverse, then the record. It carries on past errors and
-// returns them all; "not found" is success throughout.
-func (a *attachment) teardown(n int) error {
-	unlock, err := a.nodeLock()
+// deleters among the first n steps in reverse, then the record, under the
+// node lock. It carries on past errors and returns them all; "not found" is
+// success throughout.
+func (x *invocation) teardown(n int) error {
+	unlock, err := x.lock.Lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	var errs []error
-	if e := ruleset.Elements(a.conf, a.rec); len(e) > 0 {
-		if c, err := a.conn(); err != nil {
+	if e := ruleset.Elements(x.conf, x.rec); len(e) > 0 {
+		if c, err := x.conn(); err != nil {
 			errs = append(errs, err)
 		} else if err := nft.DeleteElements(c, e); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for i := n - 1; i >= 0; i-- {
-		if err := steps[i].del(a); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", steps[i].name(), err))
+		if d, ok := steps[i].(deleter); ok {
+			if err := d.del(x); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", steps[i].name(), err))
+			}
 		}
 	}
 	if len(errs) == 0 {
-		if err := a.store.Delete(a.rec.ContainerID, a.rec.IfName); err != nil {
+		if err := x.store.Delete(x.rec.ContainerID, x.rec.IfName); err != nil {
 			errs = append(errs, err)
 		}
 	}

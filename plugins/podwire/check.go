@@ -14,16 +14,15 @@ import (
 // cmdCheck verifies podwire's own resources for the attachment: the record,
 // the node tables, the set elements and every step's links, routes and
 // sysctls. Anything missing or wrong is an error naming it.
-func cmdCheck(args *skel.CmdArgs) error {
-	a, err := newAttachment(args, "CHECK")
+func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
+	s, err := p.newSession(args, "CHECK")
 	if err != nil {
 		return err
 	}
-	if a.conf.Result == nil {
+	if s.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
 	}
-	a.res = a.conf.Result
-	rec, err := a.store.Get(args.ContainerID, args.IfName)
+	rec, err := s.store.Get(args.ContainerID, args.IfName)
 	if err != nil {
 		return err
 	}
@@ -33,9 +32,10 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if !rec.Complete {
 		return fmt.Errorf("attachment %s/%s: ADD did not complete", args.ContainerID, args.IfName)
 	}
-	a.rec = rec
-	if want := a.tables(); len(want) > 0 {
-		c, err := a.conn()
+	x := s.attach(rec)
+	x.res = s.conf.Result
+	if want := ruleset.Tables(s.conf, p.links.tablesEnv(s.conf)); len(want) > 0 {
+		c, err := s.conn()
 		if err != nil {
 			return err
 		}
@@ -48,13 +48,15 @@ func cmdCheck(args *skel.CmdArgs) error {
 				return fmt.Errorf("node table %s is not current: %s", t.ID(), strings.Join(drift, "; "))
 			}
 		}
-		if err := nft.CheckElements(c, want, ruleset.Elements(a.conf, rec)); err != nil {
+		if err := nft.CheckElements(c, want, ruleset.Elements(s.conf, rec)); err != nil {
 			return err
 		}
 	}
-	for _, s := range steps {
-		if err := s.check(a); err != nil {
-			return fmt.Errorf("%s: %w", s.name(), err)
+	for _, st := range steps {
+		if c, ok := st.(checker); ok {
+			if err := c.check(x); err != nil {
+				return fmt.Errorf("%s: %w", st.name(), err)
+			}
 		}
 	}
 	return nil

@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/google/nftables"
-
-	"github.com/podwire/podwire/pkg/nft"
-	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -57,12 +53,13 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	res := repairResult{Conflist: from, Tables: []string{}}
-	env := nodetables.ReadEnv(conf)
+	p := linuxPlugin()
+	env := p.links.tablesEnv(conf)
 	want := ruleset.Tables(conf, env)
 	for _, t := range want {
 		res.Tables = append(res.Tables, t.ID().String())
 	}
-	c, err := nftables.New(nft.BatchBuffer())
+	c, err := p.dialNFT()
 	if err != nil {
 		fmt.Fprintf(stderr, "podwire repair: nftables unusable: %v\n", err)
 		return 1

@@ -14,7 +14,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/agentapi"
@@ -177,7 +176,9 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 		st.Warnings = append(st.Warnings, warn)
 	}
 
-	if err := st.readTables(conf); err != nil {
+	p := linuxPlugin()
+	env := p.links.tablesEnv(conf)
+	if err := st.readTables(p, conf, env); err != nil {
 		st.Warnings = append(st.Warnings, err.Error())
 	}
 	st.readLinks(conf)
@@ -190,7 +191,7 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	}
 	// The same health STATUS answers from (health.go); the tables' own
 	// state is read above.
-	h := readHealth(conf, nil)
+	h := p.readHealth(conf, env, nil)
 	for _, u := range h.Unavailable {
 		st.Warnings = append(st.Warnings, "STATUS fails (error 50), no pod can be added: "+u)
 	}
@@ -203,14 +204,15 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	return st, nil
 }
 
-// readTables verifies the tables the config wants by content and finds
-// podwire's obsolete tables (nft.Inspect, the reads of every ADD).
-func (st *nodeStatus) readTables(conf *config.NetConf) error {
-	c, err := nftables.New()
+// readTables verifies the tables the config wants on a node described by
+// env by content and finds podwire's obsolete tables (nft.Inspect, the reads
+// of every ADD).
+func (st *nodeStatus) readTables(p *plugin, conf *config.NetConf, env nodetables.Env) error {
+	c, err := p.dialNFT()
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
-	states, err := nft.Inspect(c, ruleset.Tables(conf, nodetables.ReadEnv(conf)), ruleset.Known())
+	states, err := nft.Inspect(c, ruleset.Tables(conf, env), ruleset.Known())
 	if err != nil {
 		return fmt.Errorf("nftables unusable: %w", err)
 	}

@@ -10,33 +10,32 @@ import (
 // It needs neither prevResult nor the netns: a runtime's second DEL has
 // neither. No record means nothing to do (ADD never ran, failed cleanly, or a
 // DEL already ran): success.
-func cmdDel(args *skel.CmdArgs) error {
-	a, err := newAttachment(args, "DEL")
+func (p *plugin) cmdDel(args *skel.CmdArgs) error {
+	s, err := p.newSession(args, "DEL")
 	if err != nil {
 		return err
 	}
-	rec, err := a.store.Get(args.ContainerID, args.IfName)
+	rec, err := s.store.Get(args.ContainerID, args.IfName)
 	if err != nil {
 		return err
 	}
 	if rec == nil {
 		// ADD may have been killed while writing its first record: remove
 		// the temporary file it left (nothing else was made before it).
-		if err := a.store.Delete(args.ContainerID, args.IfName); err != nil {
+		if err := s.store.Delete(args.ContainerID, args.IfName); err != nil {
 			return err
 		}
-		a.log.Debug("DEL: no record, nothing to do")
+		s.log.Debug("DEL: no record, nothing to do")
 		return nil
 	}
 	if rec.Netns == "" || args.Netns != "" {
 		rec.Netns = args.Netns // the runtime's current view wins
 	}
-	a.rec = rec
-	if err := a.teardown(len(steps)); err != nil {
-		a.log.Error("DEL incomplete", "error", err)
+	if err := s.attach(rec).teardown(len(steps)); err != nil {
+		s.log.Error("DEL incomplete", "error", err)
 		return err
 	}
-	a.log.Info("DEL done")
+	s.log.Info("DEL done")
 	return nil
 }
 

@@ -16,8 +16,8 @@ import (
 // runtime sends neither key, GC removes nothing: an absent list means
 // "unknown", not "none" (deleting every pod's state on a malformed request
 // would cut every pod off). GC carries on past errors and reports them all.
-func cmdGC(args *skel.CmdArgs) error {
-	a, err := newAttachment(args, "GC")
+func (p *plugin) cmdGC(args *skel.CmdArgs) error {
+	s, err := p.newSession(args, "GC")
 	if err != nil {
 		return err
 	}
@@ -26,14 +26,14 @@ func cmdGC(args *skel.CmdArgs) error {
 		return err
 	}
 	if !sent {
-		a.log.Warn("GC without cni.dev/valid-attachments: nothing removed")
+		s.log.Warn("GC without cni.dev/valid-attachments: nothing removed")
 		return nil
 	}
 	keep := make(map[string]bool, len(valid))
 	for _, v := range valid {
 		keep[v.ContainerID+"/"+v.IfName] = true
 	}
-	recs, listErr := a.store.List()
+	recs, listErr := s.store.List()
 	var errs []error
 	if listErr != nil {
 		errs = append(errs, listErr)
@@ -43,19 +43,18 @@ func cmdGC(args *skel.CmdArgs) error {
 		if keep[rec.Key()] {
 			continue
 		}
-		if rec.Network != "" && a.conf.Name != "" && rec.Network != a.conf.Name {
+		if rec.Network != "" && s.conf.Name != "" && rec.Network != s.conf.Name {
 			continue // another network's attachment: not ours to judge
 		}
-		g := *a
-		g.rec = rec
-		g.log = a.log.With("gcContainerID", rec.ContainerID, "gcIfname", rec.IfName)
-		if err := g.teardown(len(steps)); err != nil {
+		x := s.attach(rec)
+		x.log = s.log.With("gcContainerID", rec.ContainerID, "gcIfname", rec.IfName)
+		if err := x.teardown(len(steps)); err != nil {
 			errs = append(errs, fmt.Errorf("attachment %s: %w", rec.Key(), err))
 			continue
 		}
 		removed++
 	}
-	a.log.Info("GC done", "removed", removed, "errors", len(errs))
+	s.log.Info("GC done", "removed", removed, "errors", len(errs))
 	if len(errs) > 0 {
 		return types.NewError(types.ErrInternal, "GC incomplete", joinErrors(errs).Error())
 	}

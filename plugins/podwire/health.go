@@ -6,12 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-
+	"github.com/podwire/podwire/pkg/atomicfile"
 	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/forwarding"
 	"github.com/podwire/podwire/pkg/nodetables"
-	"github.com/podwire/podwire/pkg/vlanbridge"
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // health is what podwire says about the node, for STATUS and for
@@ -30,10 +28,11 @@ type health struct {
 	Warnings []string
 }
 
-// readHealth reads the node's health for conf in the current netns. nftOK
-// reports whether nftables answers (nil when it does), or is nil when the
-// config wants no node tables.
-func readHealth(conf *config.NetConf, nftOK func() error) health {
+// readHealth reads the node's health for conf through p's backends. env is
+// the node snapshot the tables are planned from (read once by the caller);
+// nftOK reports whether nftables answers (nil when it does), or is nil when
+// the config wants no node tables.
+func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func() error) health {
 	var h health
 	if nftOK != nil {
 		if err := nftOK(); err != nil {
@@ -45,18 +44,18 @@ func readHealth(conf *config.NetConf, nftOK func() error) health {
 	}
 	h.Warnings = append(h.Warnings, conf.Warnings...)
 	if conf.Uplink != "" {
-		if _, err := netlinksafe.LinkByName(conf.Uplink); err != nil {
+		if err := p.links.linkExists(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink %q missing: the ADD of pods that need a VLAN fails until it is back; other pods are not affected", conf.Uplink))
-		} else if _, err := vlanbridge.CheckUplinkAddresses(conf.Uplink); err != nil {
+		} else if err := p.links.checkUplink(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err))
 		}
 	}
 	if len(conf.Forwarding.Namespaces) > 0 {
-		if w := forwarding.RPFilterWarning(); w != "" {
+		if w := p.sysctls.rpFilterWarning(); w != "" {
 			h.Warnings = append(h.Warnings, w)
 		}
 	}
-	h.Warnings = append(h.Warnings, nodetables.Warnings(conf)...)
+	h.Warnings = append(h.Warnings, p.links.tableWarnings(env)...)
 	return h
 }
 
@@ -94,14 +93,6 @@ func warningsChanged(stateDir string, ws []string) bool {
 	if string(old) == now {
 		return false
 	}
-	tmp, err := os.CreateTemp(stateDir, "."+statusDigestFile+"-*")
-	if err != nil {
-		return true
-	}
-	_, werr := tmp.WriteString(now)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = atomicfile.WriteFile(path, []byte(now), state.FileMode)
 	return true
 }

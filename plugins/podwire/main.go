@@ -29,11 +29,12 @@ func main() {
 	if os.Getenv("CNI_COMMAND") == "" {
 		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	p := linuxPlugin()
 	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    cmdAdd,
-		Del:    cmdDel,
-		Check:  cmdCheck,
-		Status: cmdStatus,
-		GC:     cmdGC,
+		Add:    p.cmdAdd,
+		Del:    p.cmdDel,
+		Check:  p.cmdCheck,
+		Status: p.cmdStatus,
+		GC:     p.cmdGC,
 	}, version.PluginSupports(config.SupportedVersions...), "podwire "+Version)
 }

@@ -13,27 +13,32 @@ import (
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/logfile"
 	"github.com/podwire/podwire/pkg/nft"
-	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// step is one concern of podwire (source check, forwarding, VLAN, ...).
+// step is one concern of podwire (source check, forwarding, VLAN, ...). It
+// implements only the phases it has, each an optional interface found by
+// type assertion:
+//   - planner: fill the record from the plan input; pure (plan.go);
+//   - adder: make what the record says, in ADD order;
+//   - deleter: undo it from the record alone (DEL, GC, rollback), in
+//     reverse order; "not found" is success;
+//   - checker: verify it (CHECK).
 //
-// ADD runs plan for every step (no change to the node yet: fill the record
-// with what add will create), writes the record, ensures the node tables,
-// runs add for every step in order, then adds the attachment's set elements
-// (ruleset.Elements of the record) in one batch. When anything fails, del runs for the steps that ran, in reverse, from
-// the record. DEL runs del for every step in reverse from the record alone:
-// the pod's netns and prevResult may be gone, and "not found" is success.
-type step interface {
-	name() string
-	plan(a *attachment) error
-	add(a *attachment) error
-	del(a *attachment) error
-	check(a *attachment) error
-}
+// The set elements and tables of every step are pkg/ruleset's, applied by
+// the verbs.
+type step interface{ name() string }
+
+type (
+	planner interface {
+		plan(in *planInput, rec *state.Record) error
+	}
+	adder   interface{ add(x *invocation) error }
+	deleter interface{ del(x *invocation) error }
+	checker interface{ check(x *invocation) error }
+)
 
 // steps are podwire's concerns in ADD order.
 var steps = []step{
@@ -45,84 +50,97 @@ var steps = []step{
 	neighStep{},
 }
 
-// attachment is one CNI invocation's working state.
-type attachment struct {
-	args *skel.CmdArgs
-	conf *config.NetConf
-	pod  podmeta.Identity
-	ann  *podmeta.Annotations // nil on DEL and GC
-	// source is where the annotations came from (podmeta.Source*).
-	source string
-	rec    *state.Record
-	res    *current.Result // result to return (ADD), prevResult otherwise
-	log    *slog.Logger
-	store  *state.Store
-	nft    nft.Conn
-
-	// want caches tables(); nil until first used.
-	want []*nft.Table
-
-	lockDepth int
-	unlock    func()
+// plugin is podwire run by a runtime, with its backends; main wires the
+// real ones, tests fakes.
+type plugin struct {
+	// dialNFT opens the nftables connection, once per invocation and only
+	// when the tables are touched.
+	dialNFT func() (nft.Conn, error)
+	links   links
+	sysctls sysctls
 }
 
-// nodeLock takes the node lock unless this invocation holds it already; the
-// returned func releases one level.
-func (a *attachment) nodeLock() (func(), error) {
-	if a.lockDepth == 0 {
-		unlock, err := a.store.Lock()
-		if err != nil {
-			return nil, err
-		}
-		a.unlock = unlock
+// linuxPlugin is the plugin over the kernel of the current netns.
+func linuxPlugin() *plugin {
+	return &plugin{
+		dialNFT: func() (nft.Conn, error) { return nftables.New(nft.BatchBuffer()) },
+		links:   linuxLinks{},
+		sysctls: linuxSysctls{},
 	}
-	a.lockDepth++
-	return func() {
-		a.lockDepth--
-		if a.lockDepth == 0 {
-			a.unlock()
-		}
-	}, nil
 }
 
-// newAttachment parses the config and opens the logger, the state store and
-// the nftables connection. It changes nothing on the node.
-func newAttachment(args *skel.CmdArgs, verb string) (*attachment, error) {
+// session is what one CNI invocation shares among the attachments it works
+// on (one, or every removed one for GC): the config, the logger, the state
+// store, the node lock (held re-entrantly) and the nftables connection.
+type session struct {
+	*plugin
+	args  *skel.CmdArgs
+	conf  *config.NetConf
+	pod   podmeta.Identity
+	log   *slog.Logger
+	store *state.Store
+	lock  *state.NodeLock
+	nft   nft.Conn
+}
+
+// invocation is one attachment worked on within a session: its record and,
+// on ADD, the result being built.
+type invocation struct {
+	*session
+	rec *state.Record
+	// res is the result ADD returns (prevResult plus what add appends);
+	// prevResult on CHECK; nil on DEL and GC.
+	res *current.Result
+	// log names the attachment.
+	log *slog.Logger
+	// env is the node snapshot ADD planned from; zero elsewhere.
+	env nodeEnv
+}
+
+// attach returns an invocation for rec in s.
+func (s *session) attach(rec *state.Record) *invocation {
+	return &invocation{session: s, rec: rec, log: s.log}
+}
+
+// newSession parses the config and opens the logger and the state store.
+// It changes nothing on the node.
+func (p *plugin) newSession(args *skel.CmdArgs, verb string) (*session, error) {
 	conf, err := config.Parse(args.StdinData)
 	if err != nil {
 		return nil, err
 	}
-	a := &attachment{args: args, conf: conf, store: state.New(conf.StateDir)}
-	a.log = newLogger(conf).With("verb", verb, "containerID", args.ContainerID, "ifname", args.IfName)
+	s := &session{plugin: p, args: args, conf: conf, store: state.New(conf.StateDir)}
+	s.lock = s.store.NodeLock()
+	s.log = newLogger(conf).With("verb", verb, "containerID", args.ContainerID, "ifname", args.IfName)
 	if verb != "STATUS" { // STATUS logs warnings once per change (status.go)
 		for _, w := range conf.Warnings {
-			a.log.Warn(w)
+			s.log.Warn(w)
 		}
 	}
-	if a.pod, err = podmeta.IdentityFromArgs(args.Args); err != nil {
+	if s.pod, err = podmeta.IdentityFromArgs(args.Args); err != nil {
 		if verb == "ADD" {
 			return nil, err
 		}
 		// The identity only names the pod in the log; DEL, CHECK and GC
 		// work from the record, so a malformed CNI_ARGS must not stop them.
-		a.log.Warn("ignoring malformed CNI_ARGS", "error", err)
+		s.log.Warn("ignoring malformed CNI_ARGS", "error", err)
 	}
-	if a.pod.Name != "" {
-		a.log = a.log.With("pod", a.pod.String())
+	if s.pod.Name != "" {
+		s.log = s.log.With("pod", s.pod.String())
 	}
-	return a, nil
+	return s, nil
 }
 
-// conn opens the nftables netlink connection of the current netns lazily.
-func (a *attachment) conn() (nft.Conn, error) {
-	if a.nft == nil {
-		c, err := nftables.New(nft.BatchBuffer())
+// conn opens the nftables connection lazily.
+func (s *session) conn() (nft.Conn, error) {
+	if s.nft == nil {
+		c, err := s.dialNFT()
 		if err != nil {
 			return nil, types.NewError(types.ErrInternal, "failed to open nftables netlink socket", err.Error())
 		}
-		a.nft = c
+		s.nft = c
 	}
-	return a.nft, nil
+	return s.nft, nil
 }
 
 // newLogger writes to the config's logFile, rotated at its size limit
@@ -140,33 +158,23 @@ func newLogger(conf *config.NetConf) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// tables are the node tables for this invocation (ruleset.Tables, pure),
-// from a snapshot of the node read once: default-route uplinks and egress
-// IPs (nodetables.ReadEnv).
-func (a *attachment) tables() []*nft.Table {
-	if a.want == nil {
-		a.want = ruleset.Tables(a.conf, nodetables.ReadEnv(a.conf))
-	}
-	return a.want
-}
-
-// ensureTables lays down or repairs the node tables (DESIGN.md, "First
+// ensureTables lays down or repairs the tables want (DESIGN.md, "First
 // invocation and drift"): every ADD verifies them by content, reading only
 // podwire's own objects, and rebuilds what differs under the node lock.
-func (a *attachment) ensureTables() error {
-	c, err := a.conn()
+func (s *session) ensureTables(want []*nft.Table) error {
+	c, err := s.conn()
 	if err != nil {
 		return err
 	}
-	rep, err := ruleset.Ensure(c, a.tables(), a.store, a.conf, a.nodeLock, func(err error) {
+	rep, err := ruleset.Ensure(c, want, s.store, s.conf, s.lock.Lock, func(err error) {
 		// Corrupt records are skipped: one bad file must not stop the node.
-		a.log.Error("skipping unreadable state records", "error", err)
+		s.log.Error("skipping unreadable state records", "error", err)
 	})
 	if err != nil {
 		return err
 	}
 	if rep.Changed() {
-		a.log.Info("node tables laid down or repaired", "drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted)
+		s.log.Info("node tables laid down or repaired", "drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted)
 	}
 	return nil
 }

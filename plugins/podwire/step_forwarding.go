@@ -19,67 +19,63 @@ type forwardingStep struct{}
 
 func (forwardingStep) name() string { return "forwarding" }
 
-func (forwardingStep) plan(a *attachment) error {
-	a.rec.Forwarding = a.ann.Forwarding
-	if a.ann.Forwarding && a.rec.HostIfName != "" {
-		key := forwarding.RPFilterKey(a.rec.HostIfName)
-		old, err := forwarding.GetSysctl(key)
-		if err != nil {
-			return fmt.Errorf("host interface of the pod: %w", err)
+// plan runs after primaryStep's: it keys on rec.HostIfName.
+func (forwardingStep) plan(in *planInput, rec *state.Record) error {
+	rec.Forwarding = in.ann.Forwarding
+	if in.ann.Forwarding && rec.HostIfName != "" {
+		if in.env.hostRPFilterErr != nil {
+			return fmt.Errorf("host interface of the pod: %w", in.env.hostRPFilterErr)
 		}
-		if a.rec.HostSysctls == nil {
-			a.rec.HostSysctls = map[string]string{}
-		}
-		a.rec.HostSysctls[key] = old
+		rec.HostSysctls = map[string]string{forwarding.RPFilterKey(rec.HostIfName): in.env.hostRPFilter}
 	}
-	if len(a.ann.Routes) == 0 {
+	if len(in.ann.Routes) == 0 {
 		return nil
 	}
-	if a.rec.HostIfName == "" {
+	if rec.HostIfName == "" {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: the pod's host interface is unknown", podmeta.AnnotationRoutes), "")
 	}
-	routes, err := forwarding.PlanRoutes(a.ann.Routes, a.rec.Addresses, a.rec.HostIfName)
+	routes, err := forwarding.PlanRoutes(in.ann.Routes, rec.Addresses, rec.HostIfName)
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: %v", podmeta.AnnotationRoutes, err), "")
 	}
 	for _, r := range routes {
-		a.rec.Routes = append(a.rec.Routes, state.Route{Dst: r.Dst, Via: r.Via, Dev: r.Dev})
+		rec.Routes = append(rec.Routes, state.Route{Dst: r.Dst, Via: r.Via, Dev: r.Dev})
 	}
 	return nil
 }
 
-func (forwardingStep) add(a *attachment) error {
-	if a.rec.Forwarding {
-		if w := forwarding.RPFilterWarning(); w != "" {
-			a.log.Warn(w)
+func (forwardingStep) add(x *invocation) error {
+	if x.rec.Forwarding {
+		if w := x.sysctls.rpFilterWarning(); w != "" {
+			x.log.Warn(w)
 		}
-		if a.rec.HostIfName != "" {
-			if err := forwarding.SetSysctl(forwarding.RPFilterKey(a.rec.HostIfName), "0"); err != nil {
+		if x.rec.HostIfName != "" {
+			if err := x.sysctls.set(forwarding.RPFilterKey(x.rec.HostIfName), "0"); err != nil {
 				return err
 			}
 		}
-		if err := forwarding.EnablePod(a.args.Netns); err != nil {
+		if err := x.sysctls.enablePodForwarding(x.args.Netns); err != nil {
 			return err
 		}
 	}
-	return forwarding.AddRoutes(recordRoutes(a.rec))
+	return x.links.addRoutes(recordRoutes(x.rec))
 }
 
 // del removes the routes and restores the host-side rp_filter. A route, an
 // interface or a sysctl that is gone is success: the primary plugin may have
 // deleted the veth already. The pod netns needs nothing: its sysctls go with
 // it.
-func (forwardingStep) del(a *attachment) error {
+func (forwardingStep) del(x *invocation) error {
 	var errs []error
-	if err := forwarding.DelRoutes(recordRoutes(a.rec)); err != nil {
+	if err := x.links.delRoutes(recordRoutes(x.rec)); err != nil {
 		errs = append(errs, err)
 	}
-	if a.rec.HostIfName != "" {
-		key := forwarding.RPFilterKey(a.rec.HostIfName)
-		if old, ok := a.rec.HostSysctls[key]; ok {
-			if err := forwarding.SetSysctl(key, old); err != nil && !forwarding.IsNotExist(err) {
+	if x.rec.HostIfName != "" {
+		key := forwarding.RPFilterKey(x.rec.HostIfName)
+		if old, ok := x.rec.HostSysctls[key]; ok {
+			if err := x.sysctls.set(key, old); err != nil && !forwarding.IsNotExist(err) {
 				errs = append(errs, err)
 			}
 		}
@@ -87,16 +83,16 @@ func (forwardingStep) del(a *attachment) error {
 	return joinErrors(errs)
 }
 
-func (forwardingStep) check(a *attachment) error {
-	if err := forwarding.CheckRoutes(recordRoutes(a.rec)); err != nil {
+func (forwardingStep) check(x *invocation) error {
+	if err := x.links.checkRoutes(recordRoutes(x.rec)); err != nil {
 		return err
 	}
-	if !a.rec.Forwarding {
+	if !x.rec.Forwarding {
 		return nil
 	}
-	if a.rec.HostIfName != "" {
-		key := forwarding.RPFilterKey(a.rec.HostIfName)
-		got, err := forwarding.GetSysctl(key)
+	if x.rec.HostIfName != "" {
+		key := forwarding.RPFilterKey(x.rec.HostIfName)
+		got, err := x.sysctls.get(key)
 		if err != nil {
 			return err
 		}
@@ -104,8 +100,8 @@ func (forwardingStep) check(a *attachment) error {
 			return fmt.Errorf("host sysctl %s is %s, want 0", key, got)
 		}
 	}
-	if a.args.Netns != "" {
-		return forwarding.CheckPod(a.args.Netns)
+	if x.args.Netns != "" {
+		return x.sysctls.checkPodForwarding(x.args.Netns)
 	}
 	return nil
 }

@@ -3,38 +3,31 @@ package main
 import (
 	"fmt"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-
-	"github.com/podwire/podwire/pkg/primary"
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // primaryStep records what the primary plugin made: the host veth and the
-// pod's addresses, which the other steps key their work on.
+// pod's addresses, which the other steps key their work on. The primary
+// plugin owns the veth: nothing of ours to add or delete.
 type primaryStep struct{}
 
 func (primaryStep) name() string { return "primary" }
 
-func (primaryStep) plan(a *attachment) error {
-	p, err := primary.FromResult(a.res, a.args.IfName, a.args.Netns)
-	if err != nil {
-		return err
+func (primaryStep) plan(in *planInput, rec *state.Record) error {
+	if in.env.primaryErr != nil {
+		return in.env.primaryErr
 	}
-	a.rec.HostIfName = p.HostIfName
-	a.rec.Addresses = p.Addresses
+	rec.HostIfName = in.env.primary.HostIfName
+	rec.Addresses = in.env.primary.Addresses
 	return nil
 }
 
-func (primaryStep) add(*attachment) error { return nil }
-
-// del: the primary plugin owns the veth; nothing of ours to remove.
-func (primaryStep) del(*attachment) error { return nil }
-
-func (primaryStep) check(a *attachment) error {
-	if a.rec.HostIfName == "" {
+func (primaryStep) check(x *invocation) error {
+	if x.rec.HostIfName == "" {
 		return nil
 	}
-	if _, err := netlinksafe.LinkByName(a.rec.HostIfName); err != nil {
-		return fmt.Errorf("host interface %q of the pod: %w", a.rec.HostIfName, err)
+	if err := x.links.linkExists(x.rec.HostIfName); err != nil {
+		return fmt.Errorf("host interface %q of the pod: %w", x.rec.HostIfName, err)
 	}
 	return nil
 }

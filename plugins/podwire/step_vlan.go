@@ -7,8 +7,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
@@ -23,72 +21,78 @@ type vlanStep struct{}
 
 func (vlanStep) name() string { return "vlan" }
 
-// plan decides the attachment and refuses, before anything changes, a name
-// clash, a foreign bridge without VLAN filtering and an uplink with a global
-// address.
-func (vlanStep) plan(a *attachment) error {
-	pvid, tagged := uint16(a.conf.VLAN), a.conf.TrunkVLANs
-	ann := a.ann
-	if ann == nil {
-		ann = &podmeta.Annotations{}
-	}
+// wantedVLAN is the VLAN attachment in asks for before the node is
+// consulted (names, VLANs, the config's MTU), nil for none; readEnv reads
+// the node for it and plan completes it. The error is a name clash with the
+// primary interface.
+func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
+	pvid, tagged := uint16(in.conf.VLAN), in.conf.TrunkVLANs
+	ann := in.ann
 	if ann.WantsVLAN() {
 		pvid, tagged = ann.VLAN, ann.VLANTrunk
 	}
 	if pvid == 0 && len(tagged) == 0 {
-		return nil
+		return nil, nil
 	}
 	tagged = slices.DeleteFunc(slices.Clone(tagged), func(v uint16) bool { return v == pvid })
-	ifName := a.conf.PodIfName
+	ifName := in.conf.PodIfName
 	key := "podIfName"
 	if ann.VLANIfName != "" {
 		ifName, key = ann.VLANIfName, podmeta.AnnotationVLANIfName
 	}
-	if ifName == a.args.IfName {
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-			"%s %q clashes with the pod's primary interface %q", key, ifName, a.args.IfName), "")
+	if ifName == in.ifName {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			"%s %q clashes with the pod's primary interface %q", key, ifName, in.ifName), "")
 	}
 	v := &state.VLANAttachment{
-		Bridge:    a.conf.Bridge,
-		HostVeth:  vlanbridge.HostVethName(a.args.ContainerID, a.args.IfName),
+		Bridge:    in.conf.Bridge,
+		HostVeth:  vlanbridge.HostVethName(in.containerID, in.ifName),
 		PodIfName: ifName,
-		MAC:       vlanbridge.PodMAC(a.args.ContainerID, a.args.IfName).String(),
+		MAC:       vlanbridge.PodMAC(in.containerID, in.ifName).String(),
 		PVID:      pvid,
 		Tagged:    tagged,
-		Uplink:    a.conf.Uplink,
-		MTU:       a.conf.MTU,
+		Uplink:    in.conf.Uplink,
+		MTU:       in.conf.MTU,
 		IPs:       ann.VLANIPs,
 	}
 	// Ordinary pods with static addresses get the bridge port check
 	// (source MAC and IPs pinned; MAC only on a trunk port, whose tagged
 	// VLANs carry addresses the pod sets itself); forwarding pods send any
 	// source.
-	v.PortCheck = len(v.IPs) > 0 && !ann.Forwarding && a.conf.SourceCheckEnabled()
+	v.PortCheck = len(v.IPs) > 0 && !ann.Forwarding && in.conf.SourceCheckEnabled()
+	return v, nil
+}
 
-	if err := vlanbridge.CheckNames(port(v, a.args.Netns)); err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", err.Error())
+// plan decides the attachment and refuses, before anything changes, a name
+// clash, a foreign bridge without VLAN filtering and an uplink with a global
+// address.
+func (vlanStep) plan(in *planInput, rec *state.Record) error {
+	v, err := wantedVLAN(in)
+	if err != nil || v == nil {
+		return err
 	}
-	if l, err := netlinksafe.LinkByName(v.Bridge); err == nil {
-		br, ok := l.(*netlink.Bridge)
-		if !ok {
-			return types.NewError(types.ErrInvalidNetworkConfig,
-				fmt.Sprintf("invalid bridge %q: link is a %s, not a bridge", v.Bridge, l.Type()), "")
-		}
-		if br.Alias != vlanbridge.Alias && (br.VlanFiltering == nil || !*br.VlanFiltering) {
-			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-				"invalid bridge %q: an existing bridge that is not podwire's and has no VLAN filtering", v.Bridge), "")
-		}
+	env := in.env.vlan
+	if env.namesErr != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", env.namesErr.Error())
+	}
+	switch {
+	case env.bridgeType == "":
+	case env.bridgeType != "bridge":
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("invalid bridge %q: link is a %s, not a bridge", v.Bridge, env.bridgeType), "")
+	case !env.bridgeOurs && !env.bridgeVLANFiltering:
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			"invalid bridge %q: an existing bridge that is not podwire's and has no VLAN filtering", v.Bridge), "")
 	}
 	if v.Uplink != "" {
-		l, err := vlanbridge.CheckUplinkAddresses(v.Uplink)
-		if err != nil {
-			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", v.Uplink), err.Error())
+		if env.uplinkErr != nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", v.Uplink), env.uplinkErr.Error())
 		}
 		if v.MTU == 0 {
-			v.MTU = l.Attrs().MTU
+			v.MTU = env.uplinkMTU
 		}
 	}
-	a.rec.VLAN = v
+	rec.VLAN = v
 	return nil
 }
 
@@ -101,73 +105,57 @@ func port(v *state.VLANAttachment, netns string) *vlanbridge.Port {
 	}
 }
 
-func (vlanStep) add(a *attachment) error {
-	v := a.rec.VLAN
+// add makes the bridge and the uplink trunk and adds the pod's VLANs to the
+// uplink under the node lock (these are shared by every pod, and DEL counts
+// the uplink's VLAN users from the records under it), then the pod's port.
+func (vlanStep) add(x *invocation) error {
+	v := x.rec.VLAN
 	if v == nil {
 		return nil
 	}
-	br, err := ensureBridgeAndUplink(a, v)
+	unlock, err := x.lock.Lock()
 	if err != nil {
 		return err
 	}
-	c, err := vlanbridge.CreatePort(br, port(v, a.args.Netns))
+	br, err := x.links.ensureTrunk(v.Bridge, v.Uplink, v.VLANs())
+	unlock()
 	if err != nil {
 		return err
 	}
-	a.res.Interfaces = append(a.res.Interfaces,
+	c, err := x.links.createPort(br, port(v, x.args.Netns))
+	if err != nil {
+		return err
+	}
+	x.res.Interfaces = append(x.res.Interfaces,
 		&current.Interface{Name: v.HostVeth, Mac: c.HostMAC},
-		&current.Interface{Name: v.PodIfName, Mac: c.PodMAC, Sandbox: a.args.Netns})
-	podIdx := len(a.res.Interfaces) - 1
+		&current.Interface{Name: v.PodIfName, Mac: c.PodMAC, Sandbox: x.args.Netns})
+	podIdx := len(x.res.Interfaces) - 1
 	for _, ip := range v.IPs {
-		a.res.IPs = append(a.res.IPs, &current.IPConfig{
+		x.res.IPs = append(x.res.IPs, &current.IPConfig{
 			Interface: current.Int(podIdx),
 			Address:   net.IPNet{IP: ip.Addr().AsSlice(), Mask: net.CIDRMask(ip.Bits(), ip.Addr().BitLen())},
 		})
 	}
-	a.log.Info("VLAN port wired", "hostVeth", v.HostVeth, "podIf", v.PodIfName, "pvid", v.PVID, "tagged", v.Tagged)
+	x.log.Info("VLAN port wired", "hostVeth", v.HostVeth, "podIf", v.PodIfName, "pvid", v.PVID, "tagged", v.Tagged)
 	return nil
-}
-
-// ensureBridgeAndUplink makes the bridge and the uplink trunk and adds the
-// pod's VLANs to the uplink, under the node lock: these are shared by every
-// pod, and DEL counts the uplink's VLAN users from the records under it.
-func ensureBridgeAndUplink(a *attachment, v *state.VLANAttachment) (*netlink.Bridge, error) {
-	unlock, err := a.nodeLock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	br, err := vlanbridge.EnsureBridge(v.Bridge)
-	if err != nil {
-		return nil, err
-	}
-	if v.Uplink != "" {
-		if _, err := vlanbridge.EnsureUplink(br, v.Uplink); err != nil {
-			return nil, err
-		}
-		if err := vlanbridge.AddUplinkVLANs(v.Uplink, v.VLANs()); err != nil {
-			return nil, err
-		}
-	}
-	return br, nil
 }
 
 // del removes the veth pair and the uplink VLANs no other record uses. It
 // runs under the node lock (teardown holds it). A veth that is gone went with
 // the pod's netns: success.
-func (vlanStep) del(a *attachment) error {
-	v := a.rec.VLAN
+func (vlanStep) del(x *invocation) error {
+	v := x.rec.VLAN
 	if v == nil {
 		return nil
 	}
 	var errs []error
-	if err := vlanbridge.DeletePort(v.HostVeth); err != nil {
+	if err := x.links.deletePort(v.HostVeth); err != nil {
 		errs = append(errs, err)
 	}
 	if v.Uplink != "" {
-		if unused, err := unusedUplinkVLANs(a, v); err != nil {
+		if unused, err := unusedUplinkVLANs(x, v); err != nil {
 			errs = append(errs, err)
-		} else if err := vlanbridge.RemoveUplinkVLANs(v.Uplink, unused); err != nil {
+		} else if err := x.links.removeUplinkVLANs(v.Uplink, unused); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -176,14 +164,14 @@ func (vlanStep) del(a *attachment) error {
 
 // unusedUplinkVLANs are the VLANs of v that no other attachment's record
 // puts on the same uplink.
-func unusedUplinkVLANs(a *attachment, v *state.VLANAttachment) ([]uint16, error) {
-	recs, err := a.store.List()
+func unusedUplinkVLANs(x *invocation, v *state.VLANAttachment) ([]uint16, error) {
+	recs, err := x.store.List()
 	if err != nil && len(recs) == 0 {
 		return nil, fmt.Errorf("failed to read records to count VLAN users of uplink %q: %w", v.Uplink, err)
 	}
 	inUse := map[uint16]bool{}
 	for _, r := range recs {
-		if r.Key() == a.rec.Key() || r.VLAN == nil || r.VLAN.Uplink != v.Uplink {
+		if r.Key() == x.rec.Key() || r.VLAN == nil || r.VLAN.Uplink != v.Uplink {
 			continue
 		}
 		for _, id := range r.VLAN.VLANs() {
@@ -202,36 +190,10 @@ func unusedUplinkVLANs(a *attachment, v *state.VLANAttachment) ([]uint16, error)
 // check verifies the bridge (VLAN filtering, nf_call_* off when ours), the
 // port's VLANs and MTU, the pod interface with its addresses, and the uplink
 // carrying the pod's VLANs.
-func (vlanStep) check(a *attachment) error {
-	v := a.rec.VLAN
+func (vlanStep) check(x *invocation) error {
+	v := x.rec.VLAN
 	if v == nil {
 		return nil
 	}
-	br, err := vlanbridge.CheckBridge(v.Bridge)
-	if err != nil {
-		return err
-	}
-	if err := vlanbridge.CheckPort(br, port(v, a.args.Netns)); err != nil {
-		return err
-	}
-	if v.Uplink == "" {
-		return nil
-	}
-	up, err := netlinksafe.LinkByName(v.Uplink)
-	if err != nil {
-		return fmt.Errorf("uplink %q: %w", v.Uplink, err)
-	}
-	if up.Attrs().MasterIndex != br.Index {
-		return fmt.Errorf("uplink %q is not a port of bridge %q", v.Uplink, v.Bridge)
-	}
-	have, err := vlanbridge.ListPortVLANs(up.Attrs().Index)
-	if err != nil {
-		return err
-	}
-	for _, id := range v.VLANs() {
-		if !slices.Contains(have.Tagged, id) {
-			return fmt.Errorf("uplink %q does not carry VLAN %d tagged", v.Uplink, id)
-		}
-	}
-	return nil
+	return x.links.checkVLAN(port(v, x.args.Netns), v.Uplink, v.VLANs())
 }

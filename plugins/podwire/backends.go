@@ -1,0 +1,86 @@
+package main
+
+import (
+	"log/slog"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/primary"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// links is the netlink side of the node that the steps read and change: in
+// the node's netns unless a netns path is named. linuxLinks is the kernel's
+// (dumps through netlinksafe); the verb tests use a fake.
+type links interface {
+	// tablesEnv reads what the node tables depend on (nodetables.ReadEnv).
+	tablesEnv(conf *config.NetConf) nodetables.Env
+	// tableWarnings are env's warnings plus an egress IP that is not on
+	// the node (nodetables.EnvWarnings: a route lookup per egress IP).
+	tableWarnings(env nodetables.Env) []string
+	// primary finds what the primary plugin made (primary.FromResult).
+	primary(prevResult *current.Result, ifName, netns string) (*primary.Attachment, error)
+	// linkExists fails when the interface name is not in the node's netns.
+	linkExists(name string) error
+	// checkUplink fails when the uplink cannot carry VLANs: missing, or
+	// holding a global address (vlanbridge.CheckUplinkAddresses).
+	checkUplink(name string) error
+	// vlanEnv reads what planning a VLAN port p with uplink ("" for none)
+	// depends on.
+	vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv
+
+	addRoutes(routes []forwarding.Route) error
+	delRoutes(routes []forwarding.Route) error
+	checkRoutes(routes []forwarding.Route) error
+
+	// ensureTrunk makes the bridge and enslaves the uplink ("" for none)
+	// carrying vids tagged; the caller holds the node lock.
+	ensureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error)
+	createPort(br *netlink.Bridge, p *vlanbridge.Port) (*vlanbridge.Created, error)
+	// deletePort removes the veth pair; gone already is success.
+	deletePort(hostVeth string) error
+	removeUplinkVLANs(uplink string, vids []uint16) error
+	// checkVLAN verifies the bridge, the port p and the uplink ("" for
+	// none) carrying vids.
+	checkVLAN(p *vlanbridge.Port, uplink string, vids []uint16) error
+
+	// announce has the kernel announce the pod interfaces of ifs whose
+	// host side shares an L2 segment (package neigh); best effort, each
+	// failure logged.
+	announce(netns string, ifs []podHostIf, log *slog.Logger)
+}
+
+// podHostIf is a pod interface and the host side of its veth.
+type podHostIf struct{ podIf, hostIf string }
+
+// vlanEnv is what planning a VLAN port reads from the node.
+type vlanEnv struct {
+	// namesErr is a clash of the host veth or pod interface name.
+	namesErr error
+	// bridgeType is the type of the link named like the bridge, "" when
+	// there is none; bridgeOurs and bridgeVLANFiltering describe it.
+	bridgeType                      string
+	bridgeOurs, bridgeVLANFiltering bool
+	// uplinkMTU is the uplink's MTU in bytes; uplinkErr says why the uplink
+	// cannot carry VLANs (missing, or holding a global address).
+	uplinkMTU int
+	uplinkErr error
+}
+
+// sysctls reads and writes sysctls by their path relative to /proc/sys
+// (net/ipv4/conf/eth0/rp_filter), in the node's netns unless a pod netns is
+// named. linuxSysctls is the kernel's.
+type sysctls interface {
+	get(key string) (string, error)
+	set(key, value string) error
+	// enablePodForwarding turns forwarding on in the pod's netns
+	// (forwarding.EnablePod); checkPodForwarding verifies it.
+	enablePodForwarding(netns string) error
+	checkPodForwarding(netns string) error
+	// rpFilterWarning is forwarding.RPFilterWarning of the node.
+	rpFilterWarning() string
+}

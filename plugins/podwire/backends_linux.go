@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/neigh"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/primary"
+	"github.com/podwire/podwire/pkg/vlanbridge"
+)
+
+// portUpTimeout bounds the wait for a bridge port to forward before the
+// announcement (the link watch work usually ran long before the neigh step).
+const portUpTimeout = 200 * time.Millisecond
+
+// linuxLinks is links over the kernel of the calling thread's netns.
+type linuxLinks struct{}
+
+func (linuxLinks) tablesEnv(conf *config.NetConf) nodetables.Env { return nodetables.ReadEnv(conf) }
+
+func (linuxLinks) tableWarnings(env nodetables.Env) []string { return nodetables.EnvWarnings(env) }
+
+func (linuxLinks) primary(prevResult *current.Result, ifName, netns string) (*primary.Attachment, error) {
+	return primary.FromResult(prevResult, ifName, netns)
+}
+
+func (linuxLinks) linkExists(name string) error {
+	_, err := netlinksafe.LinkByName(name)
+	return err
+}
+
+func (linuxLinks) checkUplink(name string) error {
+	_, err := vlanbridge.CheckUplinkAddresses(name)
+	return err
+}
+
+func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv {
+	var env vlanEnv
+	env.namesErr = vlanbridge.CheckNames(p)
+	if l, err := netlinksafe.LinkByName(p.Bridge); err == nil {
+		env.bridgeType = l.Type()
+		if br, ok := l.(*netlink.Bridge); ok {
+			env.bridgeOurs = br.Alias == vlanbridge.Alias
+			env.bridgeVLANFiltering = br.VlanFiltering != nil && *br.VlanFiltering
+		}
+	}
+	if uplink != "" {
+		l, err := vlanbridge.CheckUplinkAddresses(uplink)
+		if err != nil {
+			env.uplinkErr = err
+		} else {
+			env.uplinkMTU = l.Attrs().MTU
+		}
+	}
+	return env
+}
+
+func (linuxLinks) addRoutes(r []forwarding.Route) error   { return forwarding.AddRoutes(r) }
+func (linuxLinks) delRoutes(r []forwarding.Route) error   { return forwarding.DelRoutes(r) }
+func (linuxLinks) checkRoutes(r []forwarding.Route) error { return forwarding.CheckRoutes(r) }
+
+func (linuxLinks) ensureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error) {
+	br, err := vlanbridge.EnsureBridge(bridge)
+	if err != nil {
+		return nil, err
+	}
+	if uplink != "" {
+		if _, err := vlanbridge.EnsureUplink(br, uplink); err != nil {
+			return nil, err
+		}
+		if err := vlanbridge.AddUplinkVLANs(uplink, vids); err != nil {
+			return nil, err
+		}
+	}
+	return br, nil
+}
+
+func (linuxLinks) createPort(br *netlink.Bridge, p *vlanbridge.Port) (*vlanbridge.Created, error) {
+	return vlanbridge.CreatePort(br, p)
+}
+
+func (linuxLinks) deletePort(hostVeth string) error { return vlanbridge.DeletePort(hostVeth) }
+
+func (linuxLinks) removeUplinkVLANs(uplink string, vids []uint16) error {
+	return vlanbridge.RemoveUplinkVLANs(uplink, vids)
+}
+
+func (linuxLinks) checkVLAN(p *vlanbridge.Port, uplink string, vids []uint16) error {
+	br, err := vlanbridge.CheckBridge(p.Bridge)
+	if err != nil {
+		return err
+	}
+	if err := vlanbridge.CheckPort(br, p); err != nil {
+		return err
+	}
+	if uplink == "" {
+		return nil
+	}
+	up, err := netlinksafe.LinkByName(uplink)
+	if err != nil {
+		return fmt.Errorf("uplink %q: %w", uplink, err)
+	}
+	if up.Attrs().MasterIndex != br.Index {
+		return fmt.Errorf("uplink %q is not a port of bridge %q", uplink, p.Bridge)
+	}
+	have, err := vlanbridge.ListPortVLANs(up.Attrs().Index)
+	if err != nil {
+		return err
+	}
+	for _, id := range vids {
+		if !slices.Contains(have.Tagged, id) {
+			return fmt.Errorf("uplink %q does not carry VLAN %d tagged", uplink, id)
+		}
+	}
+	return nil
+}
+
+func (linuxLinks) announce(netns string, ifs []podHostIf, log *slog.Logger) {
+	var due []string
+	for _, c := range ifs {
+		host, err := netlinksafe.LinkByName(c.hostIf)
+		if err != nil {
+			log.Warn("neighbour announcement skipped", "ifname", c.podIf, "hostIf", c.hostIf, "error", err)
+			continue
+		}
+		if !neigh.SharedSegment(host) {
+			continue // point-to-point: the host side has no entry to correct
+		}
+		if err := neigh.WaitOperUp(c.hostIf, portUpTimeout); err != nil {
+			log.Warn("announcing before the bridge port forwards", "ifname", c.podIf, "error", err)
+		}
+		due = append(due, c.podIf)
+	}
+	if len(due) == 0 {
+		return
+	}
+	err := ns.WithNetNSPath(netns, func(ns.NetNS) error {
+		for _, ifName := range due {
+			if err := neigh.Announce(ifName); err != nil {
+				log.Warn("neighbour announcement failed", "ifname", ifName, "error", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		log.Warn("neighbour announcements skipped", "netns", netns, "error", err)
+	}
+}
+
+// linuxSysctls is sysctls over /proc/sys of the calling thread's netns.
+type linuxSysctls struct{}
+
+func (linuxSysctls) get(key string) (string, error)         { return forwarding.GetSysctl(key) }
+func (linuxSysctls) set(key, value string) error            { return forwarding.SetSysctl(key, value) }
+func (linuxSysctls) enablePodForwarding(netns string) error { return forwarding.EnablePod(netns) }
+func (linuxSysctls) checkPodForwarding(netns string) error  { return forwarding.CheckPod(netns) }
+func (linuxSysctls) rpFilterWarning() string                { return forwarding.RPFilterWarning() }
