@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/containernetworking/cni/libcni"
-
 	"github.com/podwire/podwire/pkg/install"
 )
 
@@ -120,7 +118,7 @@ func (c *Chain) Sync() (*SyncResult, error) {
 // primary returns the first conflist of the conf dir other than ours, in
 // libcni's order, and the type of its first plugin.
 func (c *Chain) primary() (path, typ string, err error) {
-	files, err := libcni.ConfFiles(c.ConfDir, []string{".conf", ".conflist", ".json"})
+	files, err := install.ConfFiles(c.ConfDir)
 	if err != nil {
 		return "", "", fmt.Errorf("failed to list CNI conf dir %q: %w", c.ConfDir, err)
 	}

@@ -18,6 +18,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/version"
@@ -331,4 +334,30 @@ func Entry(data []byte) (entry json.RawMessage, ok bool, err error) {
 		return nil, false, err
 	}
 	return cl.plugins[idx], true, nil
+}
+
+// ConfExtensions are the file extensions a runtime reads from a CNI conf dir.
+var ConfExtensions = []string{".conf", ".conflist", ".json"}
+
+// ConfFiles lists the network config files of a CNI conf dir in the order a
+// runtime picks them: regular entries with one of ConfExtensions, by name
+// (the order of libcni.ConfFiles, whose list os.ReadDir sorts). A missing
+// dir has none. It is here rather than a call to libcni because linking
+// libcni links its exec package's OpenTelemetry propagation and, through
+// it, net/http and crypto/tls: start-up work for every plugin invocation.
+func ConfFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range ents {
+		if !e.IsDir() && slices.Contains(ConfExtensions, filepath.Ext(e.Name())) {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	return files, nil
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
 
@@ -135,7 +134,7 @@ func findEntry(confDir, conflist, cfg string) (entry []byte, from string, warn s
 	}
 	files := []string{conflist}
 	if conflist == "" {
-		if files, err = libcni.ConfFiles(confDir, []string{".conf", ".conflist", ".json"}); err != nil {
+		if files, err = install.ConfFiles(confDir); err != nil {
 			return nil, "", "", fmt.Errorf("failed to list CNI conf dir %q: %w", confDir, err)
 		}
 	}
