@@ -15,14 +15,18 @@ type vlanVM struct {
 	err                              string // why there is no figure
 }
 
-// readVLANVM reads the PODWIRE-VLAN-BENCH line of the VM's console output
-// in path (key=value fields).
+// readVLANVM reads the last PODWIRE-VLAN-BENCH line of the VM's console
+// output in path (key=value fields).
 func readVLANVM(path string) *vlanVM {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return &vlanVM{err: err.Error()}
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	// The last line: Go runs a benchmark with b.N = 1 first, then with the
+	// -test.benchtime count.
+	lines := strings.Split(string(b), "\n")
+	for j := len(lines) - 1; j >= 0; j-- {
+		line := lines[j]
 		i := strings.Index(line, "PODWIRE-VLAN-BENCH ")
 		if i < 0 {
 			continue
