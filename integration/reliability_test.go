@@ -177,7 +177,7 @@ func relAssertNoTemp(t *testing.T, n *node) {
 	t.Helper()
 	entries, _ := os.ReadDir(n.stateDir())
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".tmp") {
+		if strings.HasSuffix(e.Name(), ".tmp") {
 			t.Errorf("temporary state file left behind: %s", e.Name())
 		}
 	}

