@@ -45,6 +45,7 @@ type options struct {
 	traceDir   string
 	notes      []string
 	profWrap   string
+	profFirst  bool
 	foreign    foreignShape
 	vlanVM     string // file with the VM's PODWIRE-VLAN-BENCH line
 }
@@ -82,6 +83,7 @@ func main() {
 	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
 	flag.StringVar(&o.traceDir, "trace-dir", "", "with -strace: also keep strace -f -tt -T timelines of one podwire ADD/DEL per level here")
 	flag.StringVar(&o.profWrap, "profile-wrap", "", "with -strace: also run one podwire ADD per level under this command line (%d: the level), e.g. \"perf record -g -o /tmp/perf-%d.data --\"")
+	flag.BoolVar(&o.profFirst, "profile-first", false, "with -profile-wrap: the wrapped ADD is a first invocation (podwire's tables deleted before it)")
 	flag.Func("note", "a line for the report's machine section (repeatable)", func(v string) error {
 		o.notes = append(o.notes, v)
 		return nil

@@ -326,6 +326,12 @@ func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) er
 			return err
 		}
 		wrap := strings.Fields(strings.ReplaceAll(b.opt.profWrap, "%d", fmt.Sprint(s.existing)))
+		if b.opt.profFirst {
+			// A first invocation: the tables rebuilt, every pod's elements re-added.
+			if err := n.deletePodwireTables(); err != nil {
+				return err
+			}
+		}
 		if _, err := n.execPlugin(b.podwireBin, "ADD", q, entry, cniPath, wrap); err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/podwire/podwire/pkg/atomicfile"
+	"golang.org/x/sys/unix"
 )
 
 // File modes of the state directory and its files.
@@ -73,7 +74,14 @@ func (s *Store) Get(containerID, ifName string) (*Record, error) {
 }
 
 func (s *Store) read(path string) (*Record, error) {
-	data, err := os.ReadFile(path)
+	var buf [4096]byte
+	return s.readInto(path, buf[:0])
+}
+
+// readInto reads the record at path, using buf's storage when it is large
+// enough; (nil, nil) when there is none.
+func (s *Store) readInto(path string, buf []byte) (*Record, error) {
+	data, err := readSmall(path, buf)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -85,6 +93,35 @@ func (s *Store) read(path string) (*Record, error) {
 		return nil, fmt.Errorf("corrupt record %q: %w", path, err)
 	}
 	return r, nil
+}
+
+// readSmall reads a small file into buf (grown as needed) with open, read
+// and close only. os.ReadFile also stats the file and offers it to the
+// runtime's poller, which refuses a regular file: 6 system calls a record
+// instead of 4, and a rebuild of the node tables reads every record.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }
 
 // Delete removes the record of an attachment and any temporary file a
@@ -127,8 +164,9 @@ func (s *Store) List() ([]*Record, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			buf := make([]byte, 0, 4096) // json.Unmarshal keeps nothing of it
 			for i := int(next.Add(1)) - 1; i < len(paths); i = int(next.Add(1)) - 1 {
-				recs[i], errs[i] = s.read(paths[i])
+				recs[i], errs[i] = s.readInto(paths[i], buf)
 			}
 		}()
 	}
