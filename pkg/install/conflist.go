@@ -209,8 +209,12 @@ func normalizeEntry(entry []byte) (json.RawMessage, error) {
 	// Declared by default; an operator's explicit false is kept (annotations
 	// then come from the node agent only, as with a runtime that does not
 	// send the capability).
-	if _, ok := caps.get(AnnotationsCapability); !ok {
+	if v, ok := caps.get(AnnotationsCapability); !ok {
 		caps.set(AnnotationsCapability, json.RawMessage("true"))
+	} else if b := new(bool); json.Unmarshal(v, b) != nil {
+		// libcni reads capabilities as booleans: anything else would make
+		// the runtime refuse the whole conflist.
+		return nil, fmt.Errorf("podwire config: \"capabilities\": %q is %s, want true or false", AnnotationsCapability, v)
 	}
 	rawCaps, err := caps.compact()
 	if err != nil {

@@ -134,6 +134,8 @@ func TestAddEntry(t *testing.T) {
 		{name: "plugin without type refused", in: `{"cniVersion":"1.0.0","name":"n","plugins":[{"mtu":1}]}`, wantErr: `plugin 0: entry has no "type"`},
 		{name: "duplicate key refused", in: `{"cniVersion":"1.0.0","name":"n","name":"m","plugins":[]}`, wantErr: `duplicate key "name"`},
 		{name: "not JSON", in: `{"cniVersion":`, wantErr: "invalid JSON"},
+		{name: "non-boolean annotations capability refused", in: ptpList,
+			entry: `{"capabilities":{"` + AnnotationsCapability + `":"yes"}}`, wantErr: `"` + AnnotationsCapability + `" is "yes", want true or false`},
 		{name: "trailing data", in: `{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"a"}]} {}`, wantErr: "trailing data"},
 		{name: "wrong entry type", in: ptpList, entry: `{"type":"bridge"}`, wantErr: `"type" is "bridge"`},
 		{name: "entry with conflist key", in: ptpList, entry: `{"name":"x"}`, wantErr: `key "name" belongs to the conflist`},
