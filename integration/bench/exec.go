@@ -17,7 +17,7 @@ import (
 type invocation struct {
 	dur    time.Duration
 	cpu    time.Duration // user + system time of the plugin process
-	maxRSS int64         // KiB, wait4's ru_maxrss of the plugin process
+	faults int64         // minor page faults of the plugin process (wait4's ru_minflt)
 	out    []byte
 }
 
@@ -67,7 +67,7 @@ func (n *node) execPlugin(bin, verb string, p *pod, entry map[string]any, cniPat
 			return fmt.Errorf("%s %s: %v: %s%s", bin, verb, err, stdout.Bytes(), stderr.Bytes())
 		}
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			inv.maxRSS = ru.Maxrss
+			inv.faults = ru.Minflt
 			inv.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		}
 		inv.out = stdout.Bytes()

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,7 +49,15 @@ type options struct {
 	profFirst  bool
 	foreign    foreignShape
 	vlanVM     string // file with the VM's PODWIRE-VLAN-BENCH line
+	phases     map[string]bool
+	compare    string // another podwire binary for the direct phase (A/B of a change)
 }
+
+// phaseNames are the parts of a run, in order; -phases picks some of them.
+var phaseNames = []string{"startup", "grace", "latency", "direct", "scaling", "foreign", "throughput"}
+
+// phase reports whether the run includes the named phase.
+func (o *options) phase(name string) bool { return o.phases == nil || o.phases[name] }
 
 // bench holds the run's setup and results.
 type bench struct {
@@ -82,13 +91,24 @@ func main() {
 	flag.BoolVar(&o.strace, "strace", false, "also profile one podwire ADD/DEL per scaling level with strace -c -f")
 	flag.StringVar(&o.rev, "rev", "", "podwire revision measured (git describe)")
 	flag.StringVar(&o.traceDir, "trace-dir", "", "with -strace: also keep strace -f -tt -T timelines of one podwire ADD/DEL per level here")
-	flag.StringVar(&o.profWrap, "profile-wrap", "", "with -strace: also run one podwire ADD per level under this command line (%d: the level), e.g. \"perf record -g -o /tmp/perf-%d.data --\"")
+	flag.StringVar(&o.profWrap, "profile-wrap", "", "with -strace: also run one podwire ADD per level under this command line (%d: the level; with %v, the verb, its DEL too), e.g. \"perf record -g -o /tmp/perf-%d-%v.data --\"")
 	flag.BoolVar(&o.profFirst, "profile-first", false, "with -profile-wrap: the wrapped ADD is a first invocation (podwire's tables deleted before it)")
 	flag.Func("note", "a line for the report's machine section (repeatable)", func(v string) error {
 		o.notes = append(o.notes, v)
 		return nil
 	})
 	flag.StringVar(&o.vlanVM, "vlan-vm", "", "the VM's VLAN benchmark output (scripts/vm-test.sh with PODWIRE_VM_BENCH=VLANAttachment), for row G")
+	flag.Func("phases", "comma-separated parts to run, for a quick look (default all: "+strings.Join(phaseNames, ",")+"); the report has only their sections", func(v string) error {
+		o.phases = map[string]bool{}
+		for _, f := range strings.Split(v, ",") {
+			if !slices.Contains(phaseNames, f) {
+				return fmt.Errorf("unknown phase %q (want some of %s)", f, strings.Join(phaseNames, ","))
+			}
+			o.phases[f] = true
+		}
+		return nil
+	})
+	flag.StringVar(&o.compare, "compare", "", "another podwire binary, run directly beside -podwire in the direct phase (the A/B of a change)")
 	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
 	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")
 	benchBin := flag.String("bench-bin", ".cache/bench-bin", "dir holding the passthrough plugin")
@@ -161,36 +181,33 @@ func (b *bench) run() error {
 	if b.opt.vlanVM != "" {
 		b.r.vlanVM = readVLANVM(b.opt.vlanVM)
 	}
-	b.progress("start-up: CNI VERSION of podwire and of the minimal plugin")
-	if err := b.startup(); err != nil {
-		return err
+	steps := []struct {
+		name, what string
+		run        func() error
+	}{
+		{"startup", "start-up: CNI VERSION of podwire and of the minimal plugin", b.startup},
+		{"grace", "kernel grace period of an nftables element delete", b.grace},
+		{"latency", fmt.Sprintf("latency arms (%d rounds + %d warm-up)", b.opt.rounds, b.opt.warmup), b.latency},
+		{"direct", "podwire, passthrough and tuning run directly (time, CPU, page faults)", b.direct},
+		{"scaling", fmt.Sprintf("scaling at %v existing podwire pods", b.opt.levels), b.scaling},
+		{"foreign", "", b.foreign},
+		{"throughput", "UDP throughput through the source check", b.throughput},
 	}
-	b.progress("kernel grace period of an nftables element delete")
-	if err := b.grace(); err != nil {
-		return err
-	}
-	b.progress("latency arms (%d rounds + %d warm-up)", b.opt.rounds, b.opt.warmup)
-	if err := b.latency(); err != nil {
-		return err
-	}
-	b.progress("podwire and passthrough run directly (time, peak RSS)")
-	if err := b.direct(); err != nil {
-		return err
-	}
-	b.progress("scaling at %v existing podwire pods", b.opt.levels)
-	if err := b.scaling(); err != nil {
-		return err
-	}
-	if b.opt.foreign.services > 0 {
-		c, r, e := b.opt.foreign.counts()
-		b.progress("clean node against one with %d foreign chains, %d rules, %d elements", c, r, e)
-		if err := b.foreign(); err != nil {
+	for _, st := range steps {
+		if !b.opt.phase(st.name) {
+			continue
+		}
+		if st.name == "foreign" {
+			if b.opt.foreign.services == 0 {
+				continue
+			}
+			c, r, e := b.opt.foreign.counts()
+			st.what = fmt.Sprintf("clean node against one with %d foreign chains, %d rules, %d elements", c, r, e)
+		}
+		b.progress("%s", st.what)
+		if err := st.run(); err != nil {
 			return err
 		}
-	}
-	b.progress("UDP throughput through the source check")
-	if err := b.throughput(); err != nil {
-		return err
 	}
 	b.r.duration = time.Since(start)
 	b.r.loadEnd = loadavg()

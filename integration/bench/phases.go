@@ -70,12 +70,12 @@ func (b *bench) latency() error {
 // directStats are the plugin-alone figures of one binary.
 type directStats struct {
 	opStats
-	rssAdd, rssDel []int64 // KiB
+	faultsAdd, faultsDel []int64 // minor page faults per run
 }
 
 // direct runs podwire and the passthrough floor themselves (no libcni, no
 // ptp in the timing), round-robin, on pods made by ptp: wall time of the
-// process and its peak RSS (wait4's ru_maxrss).
+// process, its CPU time and its minor page faults (wait4's rusage).
 func (b *bench) direct() error {
 	n, err := b.newNode("direct")
 	if err != nil {
@@ -92,6 +92,12 @@ func (b *bench) direct() error {
 		{"podwire", b.podwireBin, podwireEntry(n, nil)},
 		{"passthrough", filepath.Join(b.benchBin, "passthrough"), map[string]any{"type": "passthrough"}},
 		{"tuning", filepath.Join(b.cniBin, "tuning"), map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}},
+	}
+	if b.opt.compare != "" {
+		plugins = append(plugins, struct {
+			name, bin string
+			entry     map[string]any
+		}{"podwire (-compare " + b.opt.compare + ")", b.opt.compare, podwireEntry(n, nil)})
 	}
 	b.r.direct = map[string]*directStats{}
 	for _, p := range plugins {
@@ -127,7 +133,7 @@ func (b *bench) direct() error {
 			if r >= 0 {
 				s := b.r.direct[pl.name]
 				s.put(cost{ai.dur, ai.cpu}, cost{di.dur, di.cpu})
-				s.rssAdd, s.rssDel = append(s.rssAdd, ai.maxRSS), append(s.rssDel, di.maxRSS)
+				s.faultsAdd, s.faultsDel = append(s.faultsAdd, ai.faults), append(s.faultsDel, di.faults)
 			}
 		}
 	}
@@ -325,17 +331,23 @@ func (n *node) stracePodwire(b *bench, a *arm, s *levelStats, cniPath string) er
 		if _, err := n.add(q); err != nil {
 			return err
 		}
-		wrap := strings.Fields(strings.ReplaceAll(b.opt.profWrap, "%d", fmt.Sprint(s.existing)))
+		wrap := func(verb string) []string {
+			return strings.Fields(strings.NewReplacer("%d", fmt.Sprint(s.existing), "%v", verb).Replace(b.opt.profWrap))
+		}
 		if b.opt.profFirst {
 			// A first invocation: the tables rebuilt, every pod's elements re-added.
 			if err := n.deletePodwireTables(); err != nil {
 				return err
 			}
 		}
-		if _, err := n.execPlugin(b.podwireBin, "ADD", q, entry, cniPath, wrap); err != nil {
+		if _, err := n.execPlugin(b.podwireBin, "ADD", q, entry, cniPath, wrap("ADD")); err != nil {
 			return err
 		}
-		if _, err := n.execPlugin(b.podwireBin, "DEL", q, entry, cniPath, nil); err != nil {
+		var delWrap []string
+		if strings.Contains(b.opt.profWrap, "%v") {
+			delWrap = wrap("DEL")
+		}
+		if _, err := n.execPlugin(b.podwireBin, "DEL", q, entry, cniPath, delWrap); err != nil {
 			return err
 		}
 		if _, err := n.del(q); err != nil {
