@@ -8,7 +8,6 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/logfile"
@@ -63,7 +62,7 @@ type plugin struct {
 // linuxPlugin is the plugin over the kernel of the current netns.
 func linuxPlugin() *plugin {
 	return &plugin{
-		dialNFT: func() (nft.Conn, error) { return nftables.New(nft.BatchBuffer()) },
+		dialNFT: func() (nft.Conn, error) { return nft.Dial() },
 		links:   linuxLinks{},
 		sysctls: linuxSysctls{},
 	}
