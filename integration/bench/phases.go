@@ -147,6 +147,7 @@ type levelStats struct {
 	e         opStats // the podwire chain, steady state
 	first     opStats // the podwire chain, tables deleted before ADD
 	pw        opStats // podwire run directly, steady state
+	firstPW   opStats // podwire run directly, tables deleted before ADD
 	dumps     *dumpCosts
 	straceAdd string
 	straceDel string
@@ -155,7 +156,7 @@ type levelStats struct {
 // scaling builds one node per level with that many existing podwire pods
 // (made through the real chain) and measures, round-robin over the nodes:
 // ptp alone, the podwire chain, the podwire chain after its tables were
-// deleted (first invocation), and podwire run directly.
+// deleted (first invocation), and podwire run directly, steady and first.
 func (b *bench) scaling() error {
 	type lvl struct {
 		n     *node
@@ -203,7 +204,7 @@ func (b *bench) scaling() error {
 		}
 	}
 	cniPath := strings.Join(b.binDirs, ":")
-	ops := []string{"A", "E", "first", "direct"}
+	ops := []string{"A", "E", "first", "direct", "first-direct"}
 	seq := 100000
 	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
 		for _, l := range rotate(lv, r) {
@@ -222,6 +223,10 @@ func (b *bench) scaling() error {
 					}
 				case "direct":
 					add, del, err = l.n.directPodwire(b, l.a, seq, cniPath, nil)
+				case "first-direct":
+					if err = l.n.deletePodwireTables(); err == nil {
+						add, del, err = l.n.directPodwire(b, l.a, seq, cniPath, nil)
+					}
 				}
 				if err != nil {
 					return err
@@ -239,6 +244,8 @@ func (b *bench) scaling() error {
 					s.first.put(add, del)
 				case "direct":
 					s.pw.put(add, del)
+				case "first-direct":
+					s.firstPW.put(add, del)
 				}
 			}
 		}

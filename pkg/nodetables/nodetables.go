@@ -84,8 +84,15 @@ func Tables(conf *config.NetConf, env Env) []*nft.Table {
 // them). Probe SNAT has no per-pod state.
 func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 	e := nft.Elements{}
+	AddElements(e, conf, rec)
+	return e
+}
+
+// AddElements adds the set elements of Elements(conf, rec) to e (a rebuild
+// of the node tables gathers every pod's into one).
+func AddElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
 	if !conf.EgressEnabled() && !rec.Egress {
-		return e
+		return
 	}
 	id := nft.ID{Family: nftables.TableFamilyINet, Name: egressTable}
 	comment := rec.PodRef()
@@ -97,5 +104,4 @@ func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 		}
 		e.Add(id, set, nftables.SetElement{Key: nft.AddrKey(a), Comment: comment})
 	}
-	return e
 }

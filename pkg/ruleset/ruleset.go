@@ -45,26 +45,32 @@ func Known() []nft.ID {
 // table with every ordinary pod's elements.
 func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 	e := nft.Elements{}
-	if v := rec.VLAN; v != nil && v.PortCheck {
-		e.Merge(vlanbridge.PortCheckElements(v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, rec.PodRef()))
-	}
-	if conf.SourceCheckEnabled() && !rec.Forwarding {
-		e.Merge(sourcecheck.Elements(sourcecheck.Pod{
-			HostIfName:      rec.HostIfName,
-			Addresses:       rec.Addresses,
-			AllowedPrefixes: rec.AllowedSourcePrefixes,
-			Name:            rec.PodRef(),
-		}))
-	}
-	e.Merge(nodetables.Elements(conf, rec))
+	addElements(e, conf, rec)
 	return e
 }
 
-// AllElements are the set elements of every record.
+func addElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
+	comment := rec.PodRef()
+	if v := rec.VLAN; v != nil && v.PortCheck {
+		vlanbridge.AddPortCheckElements(e, v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0, comment)
+	}
+	if conf.SourceCheckEnabled() && !rec.Forwarding {
+		sourcecheck.AddElements(e, sourcecheck.Pod{
+			HostIfName:      rec.HostIfName,
+			Addresses:       rec.Addresses,
+			AllowedPrefixes: rec.AllowedSourcePrefixes,
+			Name:            comment,
+		})
+	}
+	nodetables.AddElements(e, conf, rec)
+}
+
+// AllElements are the set elements of every record, gathered into one
+// Elements (a rebuild at 1000 pods: no map per pod and set to merge).
 func AllElements(conf *config.NetConf, recs []*state.Record) nft.Elements {
 	e := nft.Elements{}
 	for _, r := range recs {
-		e.Merge(Elements(conf, r))
+		addElements(e, conf, r)
 	}
 	return e
 }

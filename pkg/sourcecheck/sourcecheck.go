@@ -83,8 +83,15 @@ type Pod struct {
 // concatenated interval sets refuse overlaps).
 func Elements(p Pod) nft.Elements {
 	e := nft.Elements{}
+	AddElements(e, p)
+	return e
+}
+
+// AddElements adds the set elements of Elements(p) to e (a rebuild of the
+// node tables gathers every pod's into one).
+func AddElements(e nft.Elements, p Pod) {
 	if p.HostIfName == "" {
-		return e
+		return
 	}
 	comment := p.Name
 	if len(comment) > maxComment {
@@ -111,7 +118,6 @@ func Elements(p Pod) nft.Elements {
 			Comment: comment,
 		})
 	}
-	return e
 }
 
 // Outermost returns the prefixes of ps (canonical, duplicates removed) that

@@ -85,6 +85,47 @@ func TestListCarriesOnPastCorruptRecords(t *testing.T) {
 	}
 }
 
+// TestRecordsOfEveryShapeRead: records bigger than a read buffer (4 KiB),
+// and records written indented by podwire before it wrote compact JSON,
+// read back whole through Get and List.
+func TestRecordsOfEveryShapeRead(t *testing.T) {
+	s := New(t.TempDir())
+	big := &Record{ContainerID: "big", IfName: "eth0"}
+	for i := range 600 {
+		big.AllowedSourcePrefixes = append(big.AllowedSourcePrefixes, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24))
+	}
+	if err := s.Put(big); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(s.path("big", "eth0")); st.Size() <= 2*4096 {
+		t.Fatalf("record of %d bytes, want one over two read buffers", st.Size())
+	}
+	old, err := json.MarshalIndent(&Record{Version: RecordVersion, ContainerID: "old", IfName: "eth0",
+		Addresses: []netip.Addr{netip.MustParseAddr("10.244.1.7")}}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.path("old", "eth0"), old, FileMode); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get("big", "eth0")
+	if err != nil || got == nil || len(got.AllowedSourcePrefixes) != 600 || got.AllowedSourcePrefixes[599] != big.AllowedSourcePrefixes[599] {
+		t.Fatalf("Get of the big record: %v, %v", got, err)
+	}
+	recs, err := s.List()
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("List: %d records, %v", len(recs), err)
+	}
+	for _, r := range recs {
+		if r.ContainerID == "old" && (len(r.Addresses) != 1 || r.Addresses[0] != netip.MustParseAddr("10.244.1.7")) {
+			t.Errorf("indented record read as %+v", r)
+		}
+		if r.ContainerID == "big" && len(r.AllowedSourcePrefixes) != 600 {
+			t.Errorf("big record read with %d prefixes", len(r.AllowedSourcePrefixes))
+		}
+	}
+}
+
 // TestLockExcludes: the node lock serialises read-modify-write sections
 // across goroutines (flock is per open file description).
 func TestLockExcludes(t *testing.T) {

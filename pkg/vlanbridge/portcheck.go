@@ -87,8 +87,15 @@ func PortCheckTable() *nft.Table {
 // so that a rollback removes what may be there.
 func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool, comment string) nft.Elements {
 	e := nft.Elements{}
+	AddPortCheckElements(e, port, mac, ips, macOnly, comment)
+	return e
+}
+
+// AddPortCheckElements adds the set elements of PortCheckElements to e (a
+// rebuild of the node tables gathers every pod's into one).
+func AddPortCheckElements(e nft.Elements, port string, mac string, ips []netip.Prefix, macOnly bool, comment string) {
 	if port == "" {
-		return e
+		return
 	}
 	e.Add(PortCheckID, sourcecheck.SetChecked, sourcecheck.CheckedElement(port, comment))
 	if hw, err := net.ParseMAC(mac); err == nil && len(hw) == 6 {
@@ -96,7 +103,7 @@ func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool
 	}
 	if macOnly {
 		e.Add(PortCheckID, setMACOnly, sourcecheck.CheckedElement(port, comment))
-		return e
+		return
 	}
 	for _, p := range ips {
 		a := p.Addr().Unmap()
@@ -106,5 +113,4 @@ func PortCheckElements(port string, mac string, ips []netip.Prefix, macOnly bool
 		}
 		e.Add(PortCheckID, set, sourcecheck.AddrElement(port, a, comment))
 	}
-	return e
 }
