@@ -51,6 +51,7 @@ type options struct {
 	vlanVM     string // file with the VM's PODWIRE-VLAN-BENCH line
 	phases     map[string]bool
 	compare    string // another podwire binary for the direct phase (A/B of a change)
+	synthetic  bool   // existing pods of the scaling levels are cloned records, not pods
 }
 
 // phaseNames are the parts of a run, in order; -phases picks some of them.
@@ -108,6 +109,7 @@ func main() {
 		}
 		return nil
 	})
+	flag.BoolVar(&o.synthetic, "synthetic-existing", false, "a quick look at a level (not for the report): one existing pod is made through the chain and the others are clones of its record, with no veth, route or lease, so only podwire's first invocation and its records are as at that level")
 	flag.StringVar(&o.compare, "compare", "", "another podwire binary, run directly beside -podwire in the direct phase (the A/B of a change)")
 	podwire := flag.String("podwire", "bin/podwire", "podwire binary")
 	cniBin := flag.String("cni-bin", ".cache/cni-bin", "reference plugins (ptp, host-local, tuning, portmap)")

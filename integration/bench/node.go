@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -224,4 +225,42 @@ func (n *node) keep(a *arm, seq int) (cost, *pod, error) {
 	}
 	n.pods = append(n.pods, p)
 	return c, p, nil
+}
+
+// syntheticPods makes one pod through arm a's chain and clones its record
+// until the node's stateDir holds n records (bench -synthetic-existing):
+// other container IDs, pod names, host veth names and addresses, and no
+// veth, route or lease behind them. Only what podwire reads of the records
+// (the first invocation's rebuild) is as on a node with n pods.
+func (n *node) syntheticPods(a *arm, count int) error {
+	if _, _, err := n.keep(a, 0); err != nil {
+		return err
+	}
+	names, err := filepath.Glob(filepath.Join(n.stateDir, "*.json"))
+	if err != nil || len(names) != 1 {
+		return fmt.Errorf("want one record in %s after the first pod: %v %v", n.stateDir, names, err)
+	}
+	data, err := os.ReadFile(names[0])
+	if err != nil {
+		return err
+	}
+	for i := 1; i < count; i++ {
+		var rec map[string]any
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return err
+		}
+		cid := fmt.Sprintf("%064x", 0x5e000000+i)
+		rec["containerID"] = cid
+		rec["podName"] = fmt.Sprintf("synthetic-%d", i)
+		rec["hostIfName"] = fmt.Sprintf("vethsyn%08x", i)
+		rec["addresses"] = []string{fmt.Sprintf("10.250.%d.%d", i>>8, i&0xff), fmt.Sprintf("fd00:250::%x", i)}
+		out, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(n.stateDir, cid+"_eth0.json"), out, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -186,6 +186,12 @@ func (b *bench) scaling() error {
 	for _, l := range lv {
 		t0 := time.Now()
 		var curve samples
+		if b.opt.synthetic && l.stats.existing > 1 {
+			if err := l.n.syntheticPods(l.e, l.stats.existing); err != nil {
+				return err
+			}
+			continue
+		}
 		for i := 0; i < l.stats.existing; i++ {
 			d, _, err := l.n.keep(l.e, i)
 			if err != nil {

@@ -47,8 +47,9 @@ func Build(c Conn, t *Table, elems map[string][]nftables.SetElement) error {
 		if err := c.AddSet(ns, nil); err != nil {
 			return fmt.Errorf("failed to add set %s to %s: %w", s.Name, t.ID(), err)
 		}
-		all := append(append([]nftables.SetElement(nil), s.Elements...), elems[s.Name]...)
-		if len(all) > 0 {
+		// Static elements, then the pods' (not copied into one slice:
+		// at 1000 pods that is thousands of elements).
+		for _, all := range [][]nftables.SetElement{s.Elements, elems[s.Name]} {
 			if err := inChunks(c.SetAddElements, ns, all); err != nil {
 				return fmt.Errorf("failed to add elements to set %s of %s: %w", s.Name, t.ID(), err)
 			}

@@ -43,10 +43,10 @@ func (s *Store) ensureDir() error {
 
 // escape makes a path element of a container ID or ifname: '%', '_' and '/'
 // are percent-encoded so that "<cid>_<ifname>.json" is unambiguous.
-func escape(s string) string {
-	r := strings.NewReplacer("%", "%25", "_", "%5F", "/", "%2F")
-	return r.Replace(s)
-}
+func escape(s string) string { return escaper.Replace(s) }
+
+// escaper is built once: a Replacer builds its lookup tables when made.
+var escaper = strings.NewReplacer("%", "%25", "_", "%5F", "/", "%2F")
 
 func (s *Store) path(containerID, ifName string) string {
 	return filepath.Join(s.Dir, escape(containerID)+"_"+escape(ifName)+suffix)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -165,7 +166,14 @@ func (s *session) ensureTables(want []*nft.Table) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ruleset.Ensure(c, want, s.store, s.conf, s.lock.Lock, func(err error) {
+	rebuild := func() (func(), error) {
+		// Ensure takes the lock only to rebuild, which reads every
+		// record of the node (state.Store.List: one worker per P): with
+		// every CPU from here on (oneproc made the invocation one P).
+		runtime.GOMAXPROCS(runtime.NumCPU())
+		return s.lock.Lock()
+	}
+	rep, err := ruleset.Ensure(c, want, s.store, s.conf, rebuild, func(err error) {
 		// Corrupt records are skipped: one bad file must not stop the node.
 		s.log.Error("skipping unreadable state records", "error", err)
 	})
