@@ -55,7 +55,7 @@ type options struct {
 }
 
 // phaseNames are the parts of a run, in order; -phases picks some of them.
-var phaseNames = []string{"startup", "grace", "latency", "direct", "scaling", "foreign", "throughput"}
+var phaseNames = []string{"startup", "grace", "requests", "latency", "direct", "scaling", "foreign", "throughput"}
 
 // phase reports whether the run includes the named phase.
 func (o *options) phase(name string) bool { return o.phases == nil || o.phases[name] }
@@ -189,6 +189,7 @@ func (b *bench) run() error {
 	}{
 		{"startup", "start-up: CNI VERSION of podwire and of the minimal plugin", b.startup},
 		{"grace", "kernel grace period of an nftables element delete", b.grace},
+		{"requests", "an ADD's and a DEL's nftables requests and record, made by podwire's packages in the bench", b.requests},
 		{"latency", fmt.Sprintf("latency arms (%d rounds + %d warm-up)", b.opt.rounds, b.opt.warmup), b.latency},
 		{"direct", "podwire, passthrough and tuning run directly (time, CPU, page faults)", b.direct},
 		{"scaling", fmt.Sprintf("scaling at %v existing podwire pods", b.opt.levels), b.scaling},

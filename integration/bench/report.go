@@ -37,6 +37,7 @@ type report struct {
 	pps         []*ppsArm
 	startup     []*startStats
 	grace       *graceStats
+	requests    *requestStats
 	foreign     *foreignStats
 	duration    time.Duration
 	loadStart   string
@@ -269,6 +270,20 @@ func (r *report) markdown(b *bench) string {
 		p("\n")
 	}
 
+	if q := r.requests; q != nil {
+		p("## An ADD's and a DEL's requests without the plugin (ms)\n\n")
+		p("What an ordinary pod's ADD and DEL ask of the kernel, made by podwire's own packages from the running\n")
+		p("bench (no exec, no package initialisation, no CNI config or result; %d rounds), in a netns of its own\n", len(q.add))
+		p("holding arm E's tables: for ADD one nftables socket (`nft.Dial`), the verify of every table by content\n")
+		p("(`nft.Ensure`, nothing to repair), the pod's elements in one batch and its record written on tmpfs\n")
+		p("(%d nftables requests and batches); for DEL another socket, the elements deleted and the record\n", q.requests)
+		p("removed. CPU is the bench process's user + system time. This is the part of podwire's added ADD that\n")
+		p("no plugin process can shed while it verifies its tables by content on every ADD.\n\n")
+		p("| verb | wall p50 | wall p90 | CPU p50 | CPU p90 |\n| --- | ---: | ---: | ---: | ---: |\n")
+		p("| ADD | %s | %s | %s | %s |\n", ms(q.add.p50()), ms(q.add.p90()), ms(q.addCPU.p50()), ms(q.addCPU.p90()))
+		p("| DEL | %s | %s | %s | %s |\n\n", ms(q.del.p50()), ms(q.del.p90()), ms(q.delCPU.p50()), ms(q.delCPU.p90()))
+	}
+
 	if g := r.grace; g != nil {
 		p("## The kernel's grace period on delete (ms)\n\n")
 		p("No podwire code: in a netns of its own, one nftables batch on a fresh netlink socket (google/nftables opens\n")
@@ -389,6 +404,10 @@ func (r *report) markdown(b *bench) string {
 		p("| podwire's added ADD p50 <= tuning's | %s vs %s ms | %s |\n", signedMs(pw), signedMs(tun), holds(pw <= tun))
 		p("| same on CPU time: <= 2x floor | %s vs 2 x %s ms | %s |\n", signedMs(pwC), ms(floorC), holds(pwC <= 2*floorC))
 		p("| same on CPU time: <= tuning | %s vs %s ms | %s |\n", signedMs(pwC), signedMs(tunC), holds(pwC <= tunC))
+		if q := r.requests; q != nil {
+			p("| (context) an ADD's requests without the plugin, CPU, against what tuning adds over the floor | %s vs %s ms | |\n",
+				ms(q.addCPU.p50()), signedMs(tunC-floorC))
+		}
 	}
 	if len(r.levels) >= 2 {
 		l0, lN := r.levels[0], r.levels[len(r.levels)-1]
