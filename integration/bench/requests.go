@@ -140,7 +140,7 @@ func (b *bench) requestRounds(s *requestStats, dial func() (nft.Conn, error), ta
 	for r := -b.opt.warmup; r < 2*b.opt.rounds; r++ {
 		rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d", r+b.opt.warmup), IfName: "eth0", PodNamespace: "bench",
 			PodName: fmt.Sprintf("pod-%d", r+b.opt.warmup), HostIfName: fmt.Sprintf("veth%08x", r+b.opt.warmup),
-			Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 9, byte(r + b.opt.warmup)}), netip.MustParseAddr("fd00:244:9::5")},
+			Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 9, byte(r + b.opt.warmup)}), netip.MustParseAddr("fd00:244:9::5")},
 			SourceCheck: true, Egress: true, Complete: true}
 		elems := ruleset.Elements(conf, rec)
 
