@@ -169,8 +169,9 @@ func (s *session) ensureTables(want []*nft.Table) error {
 	rebuild := func() (func(), error) {
 		// Ensure takes the lock only to rebuild, which reads every
 		// record of the node (state.Store.List: one worker per P): with
-		// every CPU from here on (oneproc made the invocation one P).
-		runtime.GOMAXPROCS(runtime.NumCPU())
+		// the runtime's default Ps from here on (the CPUs, within the
+		// cgroup's quota; oneproc made the invocation one P).
+		runtime.SetDefaultGOMAXPROCS()
 		return s.lock.Lock()
 	}
 	rep, err := ruleset.Ensure(c, want, s.store, s.conf, rebuild, func(err error) {
