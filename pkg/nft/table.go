@@ -383,17 +383,6 @@ func (e Elements) Add(id ID, set string, elems ...nftables.SetElement) {
 	e[id][set] = append(e[id][set], elems...)
 }
 
-// Grow makes room in every set of e for n times the elements it holds, so
-// that gathering the elements of n more pods like the ones it holds does
-// not copy the slices as they grow.
-func (e Elements) Grow(n int) {
-	for _, sets := range e {
-		for name, elems := range sets {
-			sets[name] = slices.Grow(elems, n*len(elems))
-		}
-	}
-}
-
 // Merge adds every element of o to e.
 func (e Elements) Merge(o Elements) {
 	for id, sets := range o {

@@ -69,12 +69,7 @@ func addElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
 // Elements (a rebuild at 1000 pods: no map per pod and set to merge).
 func AllElements(conf *config.NetConf, recs []*state.Record) nft.Elements {
 	e := nft.Elements{}
-	if len(recs) == 0 {
-		return e
-	}
-	addElements(e, conf, recs[0])
-	e.Grow(len(recs) - 1) // most pods have the first one's shape
-	for _, r := range recs[1:] {
+	for _, r := range recs {
 		addElements(e, conf, r)
 	}
 	return e
