@@ -7,14 +7,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 )
 
-// Throwaway makes a netns for t, removed when t ends, and returns its name
-// (for `ip netns exec`) and a connection into it. Without root, t is
-// skipped: make test-integration runs these tests as root.
-func Throwaway(t testing.TB) (name string, c *nftables.Conn) {
+// NS makes a netns for t, removed when t ends. Without root, t is skipped:
+// make test-integration runs these tests as root.
+func NS(t testing.TB) ns.NetNS {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a network namespace (make test-integration runs it)")
@@ -24,7 +24,15 @@ func Throwaway(t testing.TB) (name string, c *nftables.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
-	c, err = nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
+	return netns
+}
+
+// Throwaway makes a netns for t (NS) and returns its name (for `ip netns
+// exec`) and a connection into it.
+func Throwaway(t testing.TB) (name string, c *nftables.Conn) {
+	t.Helper()
+	netns := NS(t)
+	c, err := nftables.New(nftables.WithNetNSFd(int(netns.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
