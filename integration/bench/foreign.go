@@ -78,6 +78,9 @@ func (b *bench) foreign() error {
 	ops := []string{"A", "E", "direct"}
 	seq := 200000
 	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, s := range rotate(sides, r) {
 			for _, op := range rotate(ops, r) {
 				seq++

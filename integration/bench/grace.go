@@ -67,6 +67,9 @@ func (b *bench) grace() error {
 	}
 	rounds := 2 * b.opt.rounds
 	for r := -b.opt.warmup; r < rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		el := []nftables.SetElement{{Key: []byte{10, 244, byte(r >> 8), byte(r)}}}
 		add, err := timedFlush(func() error { return conn.SetAddElements(set, el) })
 		if err != nil {

@@ -11,15 +11,19 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
@@ -154,11 +158,33 @@ func main() {
 	if b.stateRoot, err = os.MkdirTemp(shmRoot, "podwire-bench-state-"); err != nil {
 		fatal(err)
 	}
+	// SIGINT or SIGTERM (^C, timeout(1)) ends the run at the next round and
+	// still removes every netns and directory it made.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		b.progress("%v: stopping after this round, then cleaning up", s)
+		interrupted.Store(true)
+	}()
 	err = b.run()
 	b.cleanup()
 	if err != nil {
 		fatal(err)
 	}
+}
+
+// interrupted is set by SIGINT or SIGTERM; every round loop checks it.
+var interrupted atomic.Bool
+
+var errInterrupted = errors.New("interrupted")
+
+// checkInterrupted returns errInterrupted once the run was told to stop.
+func checkInterrupted() error {
+	if interrupted.Load() {
+		return errInterrupted
+	}
+	return nil
 }
 
 func fatal(err error) {
@@ -197,6 +223,9 @@ func (b *bench) run() error {
 		{"throughput", "UDP throughput through the source check", b.throughput},
 	}
 	for _, st := range steps {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		if !b.opt.phase(st.name) {
 			continue
 		}

@@ -245,6 +245,9 @@ func (n *node) syntheticPods(a *arm, count int) error {
 		return err
 	}
 	for i := 1; i < count; i++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		var rec map[string]any
 		if err := json.Unmarshal(data, &rec); err != nil {
 			return err

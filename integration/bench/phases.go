@@ -45,6 +45,9 @@ func (b *bench) latency() error {
 		b.r.lat[a.key] = &opStats{}
 	}
 	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, a := range rotate(arms, r) {
 			add, del, err := a.node.addDel(a, r+b.opt.warmup)
 			if err != nil {
@@ -106,6 +109,9 @@ func (b *bench) direct() error {
 	}
 	cniPath := strings.Join(b.binDirs, ":")
 	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, pl := range rotate(plugins, r) {
 			p, err := newPod(a, r)
 			if err != nil {
@@ -193,6 +199,9 @@ func (b *bench) scaling() error {
 			continue
 		}
 		for i := 0; i < l.stats.existing; i++ {
+			if err := checkInterrupted(); err != nil {
+				return err
+			}
 			d, _, err := l.n.keep(l.e, i)
 			if err != nil {
 				return fmt.Errorf("existing pod %d on %s: %w", i, l.n.name, err)
@@ -213,6 +222,9 @@ func (b *bench) scaling() error {
 	ops := []string{"A", "E", "first", "direct", "first-direct"}
 	seq := 100000
 	for r := -b.opt.warmup; r < b.opt.rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, l := range rotate(lv, r) {
 			for _, op := range rotate(ops, r) {
 				seq++
@@ -440,6 +452,9 @@ func (b *bench) throughput() error {
 	}
 	d := time.Duration(b.opt.ppsSeconds * float64(time.Second))
 	for r := 0; r < b.opt.ppsBursts; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, a := range rotate(arms, r) {
 			rx, tx, err := blast(a.s, a.r, d)
 			if err != nil {

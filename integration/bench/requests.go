@@ -138,6 +138,9 @@ func (b *bench) requestRounds(s *requestStats, dial func() (nft.Conn, error), ta
 	noLock := func() (func(), error) { return func() {}, nil }
 	none := func() (nft.Elements, error) { return nil, nil }
 	for r := -b.opt.warmup; r < 2*b.opt.rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d", r+b.opt.warmup), IfName: "eth0", PodNamespace: "bench",
 			PodName: fmt.Sprintf("pod-%d", r+b.opt.warmup), HostIfName: fmt.Sprintf("veth%08x", r+b.opt.warmup),
 			Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 9, byte(r + b.opt.warmup)}), netip.MustParseAddr("fd00:244:9::5")},

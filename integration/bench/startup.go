@@ -58,6 +58,9 @@ func (b *bench) startup() error {
 	}
 	rounds := 2 * b.opt.rounds // cheap: twice the rounds of the other phases
 	for r := -b.opt.warmup; r < rounds; r++ {
+		if err := checkInterrupted(); err != nil {
+			return err
+		}
 		for _, s := range rotate(cmds, r) {
 			c, err := run(s)
 			if err != nil {
