@@ -40,7 +40,8 @@ func nftIn(t *testing.T, netns string, stdin string, args ...string) string {
 //     podwire sends (Verify of the table nft made), except the IPv6 address
 //     rewrite, whose checksum encoding differs on purpose (nft.SetAddr), and
 //     the ARP sender match, where nft(8) adds header checks of its own
-//     (known, left as is). Set declarations and interval elements are
+//     (known, left as is); a table with a raw payload lookup is not
+//     given back to nft(8), which cannot parse it. Set declarations and interval elements are
 //     encoded differently by nft(8) and google/nftables (key length of a
 //     concatenation, interval end elements) and are not compared.
 func TestKernelListsText(t *testing.T) {
@@ -62,6 +63,14 @@ func TestKernelListsText(t *testing.T) {
 				t.Errorf("Verify of what Build laid down: %q %v", d, err)
 			}
 
+			if strings.Contains(want, "@th,") {
+				// nft 1.0.6 lists a raw payload looked up in a typed
+				// set (the neighbour advertisement's target in
+				// "bridge podwire") but refuses to parse it back:
+				// "datatype mismatch". The listing and Verify above
+				// still hold.
+				return
+			}
 			other, oc := throwaway(t)
 			nftIn(t, other, want, "-f", "-")
 			d, err := nft.Verify(oc, s.table)

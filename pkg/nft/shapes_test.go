@@ -57,6 +57,8 @@ func shapes(t *testing.T) []shape {
 	pod := sourcecheck.Pod{HostIfName: "veth1234", Addresses: addrs("10.244.1.2", "fd00:244::2"), Name: "ns/pod"}
 	allowed := pod
 	allowed.AllowedPrefixes = prefixes("10.99.0.0/24", "2001:db8:99::/48")
+	bridged := allowed
+	bridged.Bridged = true
 	egress := func(js string, env nodetables.Env) (*nft.Table, nft.Elements) {
 		c := mustConf(t, js)
 		tbs := nodetables.Tables(c, env)
@@ -76,6 +78,7 @@ func shapes(t *testing.T) []shape {
 		{"sourcecheck", sourcecheck.Table(), sourcecheck.Elements(pod)},
 		{"sourcecheck-forwarding", sourcecheck.Table(), nil}, // a forwarding pod has no elements
 		{"sourcecheck-allowed", sourcecheck.Table(), sourcecheck.Elements(allowed)},
+		{"sourcecheck-bridge", sourcecheck.BridgeTable(), sourcecheck.Elements(bridged)},
 		{"portcheck-access", vlanbridge.PortCheckTable(),
 			vlanbridge.PortCheckElements("pw1234", "02:00:00:00:12:34", prefixes("192.0.2.10/24", "2001:db8:1::10/64"), false, "ns/pod")},
 		{"portcheck-trunk", vlanbridge.PortCheckTable(),

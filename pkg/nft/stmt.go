@@ -55,7 +55,25 @@ var (
 	ARPSaddrIP = Field{name: "arp saddr ip", base: expr.PayloadBaseNetworkHeader, offset: 14, len: 4, proto: protoARP}
 	EtherSaddr = Field{name: "ether saddr", base: expr.PayloadBaseLLHeader, offset: 6, len: 6}
 	ICMPv6Type = Field{name: "icmpv6 type", base: expr.PayloadBaseTransportHeader, offset: 0, len: 1, proto: protoICMPv6}
+	// ICMPv6NDTarget is the Target Address of a neighbour solicitation or
+	// advertisement (RFC 4861 4.3 and 4.4: 16 bytes at offset 8 of the
+	// ICMPv6 header). nft 1.0.6 (Debian 12) has no name for it ("icmpv6
+	// taddr" is later) and prints it as a raw transport-header payload.
+	ICMPv6NDTarget = Field{name: "@th,64,128", base: expr.PayloadBaseTransportHeader, offset: 8, len: 16, proto: protoICMPv6}
 )
+
+// ICMPv6 message types (RFC 4861 4), with the names nft(8) prints.
+const (
+	ICMPv6RouterAdvert   byte = 134
+	ICMPv6NeighborAdvert byte = 136
+	ICMPv6Redirect       byte = 137
+)
+
+var icmpv6TypeNames = map[byte]string{
+	ICMPv6RouterAdvert:   "nd-router-advert",
+	ICMPv6NeighborAdvert: "nd-neighbor-advert",
+	ICMPv6Redirect:       "nd-redirect",
+}
 
 // Saddr and Daddr are the source and destination address fields of a's
 // family.
@@ -231,19 +249,48 @@ func Is(f Field, a netip.Addr) Stmt {
 
 // InPrefix matches f inside p ("ip6 saddr fe80::/10"), encoded as nft(8)
 // encodes it: the whole field loaded, masked, compared with the prefix.
-func InPrefix(f Field, p netip.Prefix) Stmt {
+func InPrefix(f Field, p netip.Prefix) Stmt { return prefixMatch(f, p, expr.CmpOpEq) }
+
+// NotInPrefix matches f outside p ("ip6 saddr != fe80::/10").
+func NotInPrefix(f Field, p netip.Prefix) Stmt { return prefixMatch(f, p, expr.CmpOpNeq) }
+
+func prefixMatch(f Field, p netip.Prefix, op expr.CmpOp) Stmt {
 	p = p.Masked()
-	return match{f: f, text: p.String(), exprs_: func() []expr.Any {
-		n := int(f.len)
-		mask := make([]byte, n)
-		for i := 0; i < p.Bits(); i++ {
-			mask[i/8] |= 0x80 >> (i % 8)
-		}
+	mask := make([]byte, f.len)
+	for i := 0; i < p.Bits(); i++ {
+		mask[i/8] |= 0x80 >> (i % 8)
+	}
+	neq := ""
+	if op == expr.CmpOpNeq {
+		neq = "!= "
+	}
+	text := neq + p.String()
+	if f.raw() {
+		// nft(8) knows no type for a raw payload: it prints the mask and
+		// the value as integers.
+		text = fmt.Sprintf("& 0x%x %s0x%x", mask, neq, p.Addr().AsSlice())
+	}
+	return match{f: f, text: text, exprs_: func() []expr.Any {
 		return []expr.Any{
 			f.load(regFirst),
-			&expr.Bitwise{SourceRegister: regFirst, DestRegister: regFirst, Len: f.len, Mask: mask, Xor: make([]byte, n)},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: p.Addr().AsSlice()},
+			&expr.Bitwise{SourceRegister: regFirst, DestRegister: regFirst, Len: f.len, Mask: mask, Xor: make([]byte, f.len)},
+			&expr.Cmp{Op: op, Register: regFirst, Data: p.Addr().AsSlice()},
 		}
+	}}
+}
+
+// raw reports whether nft(8) prints f as a raw payload ("@th,64,128").
+func (f Field) raw() bool { return strings.HasPrefix(f.name, "@") }
+
+// IsICMPv6Type matches the ICMPv6 type t, one of the ICMPv6* constants
+// ("icmpv6 type nd-neighbor-advert").
+func IsICMPv6Type(t byte) Stmt {
+	name, ok := icmpv6TypeNames[t]
+	if !ok {
+		name = fmt.Sprint(t)
+	}
+	return match{f: ICMPv6Type, text: name, exprs_: func() []expr.Any {
+		return []expr.Any{ICMPv6Type.load(regFirst), &expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: []byte{t}}}
 	}}
 }
 

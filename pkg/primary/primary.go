@@ -4,6 +4,7 @@
 package primary
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -19,6 +20,15 @@ type Attachment struct {
 	HostIfName string
 	// Addresses are the pod's addresses on its primary interface.
 	Addresses []netip.Addr
+	// Bridge is the Linux bridge HostIfName is a port of (flannel's cni0,
+	// the reference bridge plugin), "" for a routed veth (ptp, Calico,
+	// Cilium's generic-veth chaining, kindnet). Set by PortOf.
+	Bridge string
+	// Unchecked says why podwire cannot check the pod's source addresses
+	// at the node, "" when it can: a primary with no host interface
+	// (macvlan, ipvlan, an SR-IOV VF), or a host interface whose frames
+	// pass no netfilter hook that shows it (an Open vSwitch port).
+	Unchecked string
 }
 
 // FromResult reads the pod's addresses on ifName from prevResult, and the
@@ -51,6 +61,11 @@ func FromResult(res *current.Result, ifName, netnsPath string) (*Attachment, err
 		return a, nil
 	}
 	name, err := VethPeer(netnsPath, ifName)
+	var nv *NotVethError
+	if errors.As(err, &nv) {
+		a.Unchecked = fmt.Sprintf("pod interface %q is a %s: no host interface to check its sources at", nv.IfName, nv.Type)
+		return a, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +83,7 @@ func VethPeer(netnsPath, ifName string) (string, error) {
 			return fmt.Errorf("failed to find pod interface %q: %w", ifName, err)
 		}
 		if link.Type() != "veth" {
-			return fmt.Errorf("pod interface %q is a %s, not a veth", ifName, link.Type())
+			return &NotVethError{IfName: ifName, Type: link.Type()}
 		}
 		peerIdx = link.Attrs().ParentIndex
 		return nil
@@ -84,4 +99,41 @@ func VethPeer(netnsPath, ifName string) (string, error) {
 		return "", fmt.Errorf("failed to find host veth of %q (index %d): %w", ifName, peerIdx, err)
 	}
 	return host.Attrs().Name, nil
+}
+
+// NotVethError is VethPeer's answer for a pod interface that is not a veth
+// (a macvlan, ipvlan or SR-IOV VF primary): it has no host side.
+type NotVethError struct{ IfName, Type string }
+
+func (e *NotVethError) Error() string {
+	return fmt.Sprintf("pod interface %q is a %s, not a veth", e.IfName, e.Type)
+}
+
+// PortOf fills a.Bridge and a.Unchecked from the master of a.HostIfName in
+// the current (node) netns: a Linux bridge makes the pod bridged, an Open
+// vSwitch datapath unchecked, no master (or another kind, such as a VRF,
+// whose slaves are seen at the IP layer) routed.
+func PortOf(a *Attachment) error {
+	if a.HostIfName == "" {
+		return nil
+	}
+	host, err := netlinksafe.LinkByName(a.HostIfName)
+	if err != nil {
+		return fmt.Errorf("failed to find host interface %q of the pod: %w", a.HostIfName, err)
+	}
+	idx := host.Attrs().MasterIndex
+	if idx == 0 {
+		return nil
+	}
+	master, err := netlink.LinkByIndex(idx)
+	if err != nil {
+		return fmt.Errorf("failed to find the master (index %d) of host interface %q: %w", idx, a.HostIfName, err)
+	}
+	switch master.Type() {
+	case "bridge":
+		a.Bridge = master.Attrs().Name
+	case "openvswitch":
+		a.Unchecked = fmt.Sprintf("host interface %q is a port of Open vSwitch datapath %q: its frames pass no netfilter hook that names the port", a.HostIfName, master.Attrs().Name)
+	}
+	return nil
 }

@@ -32,8 +32,8 @@ func TestRepair(t *testing.T) {
 	}
 	env := nodetables.Env{Egress4: conf.EgressV4}
 	rep, missing, err := Repair(c, conf, env, store)
-	if err != nil || len(rep.Rebuilt) != 2 || missing != 0 {
-		t.Fatalf("first Repair: %+v missing %d err %v, want both tables built", rep, missing, err)
+	if err != nil || len(rep.Rebuilt) != 3 || missing != 0 {
+		t.Fatalf("first Repair: %+v missing %d err %v, want the source checks (inet, bridge) and egress built", rep, missing, err)
 	}
 	if rep, missing, err = Repair(c, conf, env, store); err != nil || rep.Changed() || missing != 0 {
 		t.Fatalf("second Repair: %+v missing %d err %v, want nothing to do", rep, missing, err)

@@ -21,12 +21,13 @@ import (
 )
 
 // Tables are the tables conf wants on a node described by env, in a stable
-// order: the source check (when sourceCheck is on), the bridge port check
+// order: the source check of routed and of bridged pods (when sourceCheck
+// is on), the bridge port check
 // (when VLANs are allowed at all), then the node tables.
 func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 	var out []*nft.Table
 	if conf.SourceCheckEnabled() {
-		out = append(out, sourcecheck.Table())
+		out = append(out, sourcecheck.Table(), sourcecheck.BridgeTable())
 	}
 	if len(conf.AllowedVLANSet) > 0 {
 		out = append(out, vlanbridge.PortCheckTable())
@@ -37,7 +38,7 @@ func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 // Known are every table podwire may own: a present one that the config no
 // longer wants is deleted by Ensure.
 func Known() []nft.ID {
-	return append([]nft.ID{sourcecheck.ID, vlanbridge.PortCheckID}, nodetables.IDs()...)
+	return append([]nft.ID{sourcecheck.ID, sourcecheck.BridgeID, vlanbridge.PortCheckID}, nodetables.IDs()...)
 }
 
 // Elements are the set elements of one attachment. The source check's
@@ -60,6 +61,7 @@ func addElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
 			Addresses:       rec.Addresses,
 			AllowedPrefixes: rec.AllowedSourcePrefixes,
 			Name:            comment,
+			Bridged:         rec.HostBridge != "",
 		})
 	}
 	nodetables.AddElements(e, conf, rec)

@@ -75,6 +75,9 @@ type Pod struct {
 	// Name names the pod in element comments ("namespace/name" or the
 	// container ID).
 	Name string
+	// Bridged is true when HostIfName is a port of a Linux bridge: its
+	// elements go into "bridge podwire" (BridgeTable) instead.
+	Bridged bool
 }
 
 // Elements are the set elements of one checked pod: its interface in
@@ -98,13 +101,17 @@ func AddElements(e nft.Elements, p Pod) {
 		comment = comment[:maxComment]
 	}
 	ifKey := nft.IfNameKey(p.HostIfName)
-	e.Add(ID, SetChecked, CheckedElement(p.HostIfName, comment))
+	id := ID
+	if p.Bridged {
+		id = BridgeID
+	}
+	e.Add(id, SetChecked, CheckedElement(p.HostIfName, comment))
 	for _, a := range p.Addresses {
 		set := setPodV4
 		if a.Unmap().Is6() {
 			set = setPodV6
 		}
-		e.Add(ID, set, AddrElement(p.HostIfName, a, comment))
+		e.Add(id, set, AddrElement(p.HostIfName, a, comment))
 	}
 	for _, pfx := range Outermost(p.AllowedPrefixes) {
 		first, last := nft.PrefixRange(pfx)
@@ -112,7 +119,7 @@ func AddElements(e nft.Elements, p Pod) {
 		if first.Is6() {
 			set = setAllowV6
 		}
-		e.Add(ID, set, nftables.SetElement{
+		e.Add(id, set, nftables.SetElement{
 			Key:     nft.Concat(ifKey, nft.AddrKey(first)),
 			KeyEnd:  nft.Concat(ifKey, nft.AddrKey(last)),
 			Comment: comment,

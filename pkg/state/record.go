@@ -43,6 +43,13 @@ type Record struct {
 	HostIfName string `json:"hostIfName,omitempty"`
 	// Addresses are the pod's primary addresses, from prevResult.
 	Addresses []netip.Addr `json:"addresses,omitempty"`
+	// HostBridge is the Linux bridge HostIfName is a port of (flannel's
+	// cni0, the bridge plugin): the pod's source-check elements are then in
+	// "bridge podwire", keyed by port, instead of "inet podwire".
+	HostBridge string `json:"hostBridge,omitempty"`
+	// Unchecked says why podwire cannot check the pod's sources (no host
+	// interface, an Open vSwitch port); "" when it can.
+	Unchecked string `json:"unchecked,omitempty"`
 
 	// SourceCheck is true when the pod's addresses are elements of the
 	// source-check sets (an ordinary pod with sourceCheck on).

@@ -31,7 +31,11 @@ func (linuxLinks) tablesEnv(conf *config.NetConf) nodetables.Env { return nodeta
 func (linuxLinks) tableWarnings(env nodetables.Env) []string { return nodetables.EnvWarnings(env) }
 
 func (linuxLinks) primary(prevResult *current.Result, ifName, netns string) (*primary.Attachment, error) {
-	return primary.FromResult(prevResult, ifName, netns)
+	a, err := primary.FromResult(prevResult, ifName, netns)
+	if err != nil {
+		return nil, err
+	}
+	return a, primary.PortOf(a)
 }
 
 func (linuxLinks) linkExists(name string) error {

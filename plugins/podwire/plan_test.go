@@ -60,13 +60,30 @@ func TestPlanAttachment(t *testing.T) {
 			if !r.SourceCheck || r.Forwarding || !r.Egress || r.HostIfName != "veth1" || r.VLAN != nil || r.Complete {
 				t.Errorf("record: %+v", r)
 			}
-			if len(p.tables) != 3 { // source check, port check, egress
-				t.Errorf("tables: %d, want 3", len(p.tables))
+			if len(p.tables) != 4 { // source check (inet, bridge), port check, egress
+				t.Errorf("tables: %d, want 4", len(p.tables))
 			}
-			if len(p.elems[sourcecheck.ID]) == 0 {
-				t.Errorf("no source-check elements: %v", p.elems)
+			if len(p.elems[sourcecheck.ID]) == 0 || len(p.elems[sourcecheck.BridgeID]) != 0 {
+				t.Errorf("want inet source-check elements only: %v", p.elems)
 			}
 		}},
+		{name: "pod on a bridging primary", conf: planConf,
+			env: nodeEnv{primary: &primary.Attachment{HostIfName: "veth1", Bridge: "cni0", Addresses: []netip.Addr{netip.MustParseAddr("10.199.0.5")}}},
+			check: func(t *testing.T, p *attachmentPlan) {
+				if p.rec.HostBridge != "cni0" || !p.rec.SourceCheck {
+					t.Errorf("record: %+v", p.rec)
+				}
+				if len(p.elems[sourcecheck.BridgeID]) == 0 || len(p.elems[sourcecheck.ID]) != 0 {
+					t.Errorf("want bridge source-check elements only: %v", p.elems)
+				}
+			}},
+		{name: "primary without a host interface", conf: planConf,
+			env: nodeEnv{primary: &primary.Attachment{Unchecked: "pod interface \"eth0\" is a macvlan", Addresses: []netip.Addr{netip.MustParseAddr("10.199.0.5")}}},
+			check: func(t *testing.T, p *attachmentPlan) {
+				if p.rec.Unchecked == "" || len(p.elems[sourcecheck.ID])+len(p.elems[sourcecheck.BridgeID]) != 0 {
+					t.Errorf("record %+v, elements %v", p.rec, p.elems)
+				}
+			}},
 		{name: "forwarding pod", conf: planConf, ann: fwd, env: nodeEnv{hostRPFilter: "1"}, check: func(t *testing.T, p *attachmentPlan) {
 			r := p.rec
 			if r.SourceCheck || !r.Forwarding || len(r.Routes) != 1 || r.HostSysctls["net/ipv4/conf/veth1/rp_filter"] != "1" {

@@ -19,6 +19,8 @@ func (primaryStep) plan(in *planInput, rec *state.Record) error {
 	}
 	rec.HostIfName = in.env.primary.HostIfName
 	rec.Addresses = in.env.primary.Addresses
+	rec.HostBridge = in.env.primary.Bridge
+	rec.Unchecked = in.env.primary.Unchecked
 	return nil
 }
 

@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/integration/packets"
+)
+
+// bridgePrimary is the reference bridge plugin on cni0 with host-local,
+// dual stack, as flannel's CNI plugin delegates to it (isGateway,
+// isDefaultGateway, hairpinMode).
+func bridgePrimary(n *node) map[string]any {
+	return map[string]any{
+		"type":             "bridge",
+		"bridge":           "cni0",
+		"isGateway":        true,
+		"isDefaultGateway": true,
+		"hairpinMode":      true,
+		"mtu":              1500,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"dataDir": filepath.Join(n.dir, "ipam"),
+			"ranges": []any{
+				[]any{map[string]string{"subnet": n.v4Pool}},
+				[]any{map[string]string{"subnet": n.v6Pool}},
+			},
+		},
+	}
+}
+
+// brNetfilterModes are the node's br_netfilter settings the bridged check
+// must hold under: br_netfilter passes bridged IP to the inet hooks (1, the
+// default once the module is loaded, as kube-proxy and most installers load
+// it) or not (0). They are set in the node's netns (per-netns sysctls since
+// Linux 5.3), never on the host.
+var brNetfilterModes = []string{"0", "1"}
+
+func setBrNetfilter(t *testing.T, n *node, v string) {
+	t.Helper()
+	var kv [][2]string
+	for _, k := range []string{"iptables", "ip6tables", "arptables"} {
+		kv = append(kv, [2]string{"net.bridge.bridge-nf-call-" + k, v})
+	}
+	if err := cnitest.Sysctls(n.ns, kv...); err != nil {
+		t.Fatalf("br_netfilter sysctls in the node netns: %v", err)
+	}
+}
+
+// TestBridgedSourceCheck: on a bridging primary (the bridge plugin on
+// cni0, at cniVersion 0.3.1 as flannel writes it and at 1.0.0), with
+// br_netfilter passing bridged IP to the inet hooks and without, an
+// ordinary pod a:
+//   - reaches a server behind the node and pod b on the same bridge from its
+//     own IPv4 and IPv6 addresses;
+//   - cannot reach either from a forged source (10.99.0.5, fd99::5) nor from
+//     pod c's addresses (c is a neighbour on the same bridge);
+//   - cannot claim c's addresses by gratuitous ARP or unsolicited NA (pod b
+//     captures every frame the bridge floods to it), while its claims of its
+//     own addresses reach b.
+//
+// A forwarding pod f on the same bridge sends from the forged source to both
+// and is seen, and a pod g with allowed-source-prefixes 10.99.0.0/24 is seen
+// from 10.99.0.5 but not from 10.98.0.5: so the drops above are podwire's.
+func TestBridgedSourceCheck(t *testing.T) {
+	for _, v := range []string{"0.3.1", "1.0.0"} {
+		for _, brnf := range brNetfilterModes {
+			t.Run(fmt.Sprintf("%s/bridge-nf-call-iptables=%s", v, brnf), func(t *testing.T) {
+				testBridgedSourceCheck(t, v, brnf)
+			})
+		}
+	}
+}
+
+func testBridgedSourceCheck(t *testing.T, version, brnf string) {
+	n := newNode(t)
+	n.primary = bridgePrimary(n)
+	setBrNetfilter(t, n, brnf)
+	be := n.newBackend()
+	const port = 9911
+	out, err := packets.NewSink(be.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+
+	a := n.mustAddPod(podSpec{version: version, name: "a"})
+	b := n.mustAddPod(podSpec{version: version, name: "b"})
+	c := n.mustAddPod(podSpec{version: version, name: "c"})
+	f := n.mustAddPod(podSpec{version: version, name: "f", namespace: "nf-x", podwire: fwdConfig,
+		annotations: map[string]string{"podwire.io/forwarding": "true"}})
+	g := n.mustAddPod(podSpec{version: version, name: "g", namespace: "nf-x", podwire: fwdConfig,
+		annotations: map[string]string{"podwire.io/allowed-source-prefixes": "10.99.0.0/24"}})
+	for _, p := range []*pod{a, b, c, f, g} {
+		if p.version != version {
+			t.Fatalf("result cniVersion %q, want %q", p.version, version)
+		}
+	}
+	in, err := packets.NewSink(b.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	frames := captureFrames(t, b.ns)
+
+	type send struct {
+		from *pod
+		src  netip.Addr
+		pass bool
+	}
+	forged4, forged6 := netip.MustParseAddr("10.99.0.5"), netip.MustParseAddr("fd99::5")
+	sends := []send{
+		{a, a.v4, true}, {a, a.v6, true},
+		{a, forged4, false}, {a, forged6, false},
+		{a, c.v4, false}, {a, c.v6, false},
+		{f, forged4, true}, {f, forged6, true},
+		{g, forged4, true}, {g, netip.MustParseAddr("10.98.0.5"), false},
+	}
+	type dst struct {
+		name string
+		sink *packets.Sink
+		v4   netip.Addr
+		v6   netip.Addr
+	}
+	for _, d := range []dst{{"the server behind the node", out, be.v4, be.v6}, {"pod b on the same bridge", in, b.v4, b.v6}} {
+		for i, s := range sends {
+			to := netip.AddrPortFrom(d.v4, port)
+			if s.src.Is6() {
+				to = netip.AddrPortFrom(d.v6, port)
+			}
+			payload := fmt.Sprintf("%s-%d", d.name, i)
+			if err := packets.SendFrom(s.from.ns.Path(), s.src, to, payload, 3); err != nil {
+				t.Fatal(err)
+			}
+			if s.pass {
+				if !d.sink.WaitGot(s.src, payload, 3*time.Second) {
+					t.Errorf("%s did not receive what a pod sent from %s (it must pass)", d.name, s.src)
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		for i, s := range sends {
+			if payload := fmt.Sprintf("%s-%d", d.name, i); !s.pass && d.sink.Got(s.src, payload) {
+				t.Errorf("%s received a forged source %s (it must be dropped)", d.name, s.src)
+			}
+		}
+	}
+
+	// Claims on the segment: a's own addresses reach b, c's do not.
+	frames.drain()
+	for _, ip := range []netip.Addr{a.v4, c.v4} {
+		if err := packets.SendGratuitousARP(a.ns.Path(), "eth0", ip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ip := range []netip.Addr{a.v6, c.v6} {
+		if err := packets.SendNeighborAdvert(a.ns.Path(), "eth0", a.v6, ip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	got := frames.drain()
+	if count(got, isGratuitousARP(a.v4)) == 0 || count(got, isNeighborAdvert(a.v6)) == 0 {
+		t.Fatalf("pod b saw no ARP or NA of a's own %s, %s: the capture cannot prove the drops below", a.v4, a.v6)
+	}
+	if k := count(got, isARPFrom(c.v4)); k != 0 {
+		t.Errorf("pod b saw %d ARP packets from a claiming c's %s", k, c.v4)
+	}
+	if k := count(got, isNeighborAdvert(c.v6)); k != 0 {
+		t.Errorf("pod b saw %d neighbour advertisements from a claiming c's %s", k, c.v6)
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", n.log())
+	}
+}
