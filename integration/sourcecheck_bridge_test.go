@@ -3,12 +3,16 @@ package integration
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/packets"
+	"github.com/podwire/podwire/pkg/nft"
 )
 
 // bridgePrimary is the reference bridge plugin on cni0 with host-local,
@@ -176,4 +180,105 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 	if t.Failed() {
 		t.Logf("log:\n%s", n.log())
 	}
+}
+
+// TestBridgedCheckDriftRepaired: the bridge table drifts behind podwire's
+// back, and what the node agent runs (`podwire repair`) puts it back.
+//   - Its chain flushed: a forged source from a bridged pod passes (so the
+//     drift turned the check off), CHECK fails naming "bridge podwire" and
+//     the chain, and after the repair the forgery is dropped again.
+//   - The pod's own element deleted: its own traffic is dropped (so the
+//     element mattered), CHECK names the set, and the repair re-adds it.
+func TestBridgedCheckDriftRepaired(t *testing.T) {
+	n := newNode(t)
+	n.primary = bridgePrimary(n)
+	be := n.newBackend()
+	const port = 9912
+	sink, err := packets.NewSink(be.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	a := n.mustAddPod(podSpec{version: "1.0.0", name: "a"})
+	conflist := filepath.Join(n.dir, "10-bridge.conflist")
+	raw, err := n.chain("1.0.0", nil).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conflist, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	repair := func() {
+		t.Helper()
+		n.do(func() error { return run(podwireBin, "repair", "--conflist", conflist) })
+	}
+	seq := 0
+	reaches := func(src netip.Addr) bool {
+		t.Helper()
+		seq++
+		payload := fmt.Sprintf("drift-%d", seq)
+		if err := packets.SendFrom(a.ns.Path(), src, netip.AddrPortFrom(be.v4, port), payload, 3); err != nil {
+			t.Fatal(err)
+		}
+		return sink.WaitGot(src, payload, time.Second)
+	}
+	forged := netip.MustParseAddr("10.99.0.5")
+	if !reaches(a.v4) || reaches(forged) {
+		t.Fatalf("before any drift: own %s must pass and forged %s must be dropped", a.v4, forged)
+	}
+
+	tbl := &nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire"}
+	c := n.nftConn()
+	c.FlushChain(&nftables.Chain{Table: tbl, Name: "filter-prerouting"})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !reaches(forged) {
+		t.Fatal("with the bridge chain flushed a forged source is still dropped: the drift did not turn the check off, so this test proves nothing")
+	}
+	wantErrNaming(t, "CHECK after the bridge chain was flushed", a.check(), "bridge podwire", "filter-prerouting")
+	repair()
+	if reaches(forged) || !reaches(a.v4) {
+		t.Fatalf("after podwire repair: own %s must pass and forged %s must be dropped\nlog:\n%s", a.v4, forged, n.log())
+	}
+	if err := a.check(); err != nil {
+		t.Fatalf("CHECK after the repair: %v", err)
+	}
+
+	c = n.nftConn()
+	set, err := c.GetSetByName(tbl, "pod-v4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := nft.Concat(nft.IfNameKey(hostVeth(t, a)), nft.AddrKey(a.v4))
+	if err := c.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("delete element: %v", err)
+	}
+	if reaches(a.v4) {
+		t.Fatal("with its element deleted the pod's own source still passes: the element is not what lets it through")
+	}
+	wantErrNaming(t, "CHECK after an element was deleted", a.check(), "pod-v4", "bridge podwire")
+	repair()
+	if !reaches(a.v4) {
+		t.Fatalf("after podwire repair the pod's own %s is still dropped\nlog:\n%s", a.v4, n.log())
+	}
+	if err := a.check(); err != nil {
+		t.Fatalf("CHECK after the repair: %v", err)
+	}
+}
+
+// hostVeth is the pod's host veth on a bridging primary: the result's
+// interface without sandbox that is not the bridge.
+func hostVeth(t *testing.T, p *pod) string {
+	t.Helper()
+	for _, i := range p.result.Interfaces {
+		if i.Sandbox == "" && i.Name != "cni0" {
+			return i.Name
+		}
+	}
+	t.Fatalf("no host veth in %+v", p.result)
+	return ""
 }

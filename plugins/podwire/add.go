@@ -91,6 +91,12 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 			return err
 		}
 	}
+	if x.rec.Unchecked != "" {
+		x.log.Warn("the pod's source addresses cannot be checked", "reason", x.rec.Unchecked)
+		if err := x.markUnchecked(); err != nil {
+			return err
+		}
+	}
 	x.rec.Complete = true
 	if err := s.store.Put(x.rec); err != nil {
 		return err
@@ -142,10 +148,24 @@ func (x *invocation) teardown(n int) error {
 			}
 		}
 	}
+	if err := x.store.ClearUnchecked(x.rec); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) == 0 {
 		if err := x.store.Delete(x.rec.ContainerID, x.rec.IfName); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return joinErrors(errs)
+}
+
+// markUnchecked indexes the attachment as one whose sources podwire cannot
+// check, for STATUS, under the node lock.
+func (x *invocation) markUnchecked() error {
+	unlock, err := x.lock.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return x.store.MarkUnchecked(x.rec)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -71,6 +72,8 @@ type attachmentStatus struct {
 	ContainerID           string         `json:"containerID"`
 	IfName                string         `json:"ifName"`
 	HostIfName            string         `json:"hostIfName,omitempty"`
+	HostBridge            string         `json:"hostBridge,omitempty"`
+	Unchecked             string         `json:"unchecked,omitempty"`
 	Addresses             []netip.Addr   `json:"addresses,omitempty"`
 	Complete              bool           `json:"complete"`
 	AnnotationSource      string         `json:"annotationSource,omitempty"`
@@ -174,6 +177,9 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	if warn != "" {
 		st.Warnings = append(st.Warnings, warn)
 	}
+	if w := ciliumWarning(from); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 
 	p := linuxPlugin()
 	env := p.links.tablesEnv(conf)
@@ -268,7 +274,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 func attachmentFromRecord(r *state.Record) attachmentStatus {
 	a := attachmentStatus{
 		Pod: r.PodRef(), ContainerID: r.ContainerID, IfName: r.IfName,
-		HostIfName: r.HostIfName, Addresses: r.Addresses, Complete: r.Complete,
+		HostIfName: r.HostIfName, HostBridge: r.HostBridge, Unchecked: r.Unchecked, Addresses: r.Addresses, Complete: r.Complete,
 		AnnotationSource: r.AnnotationSource, SourceCheck: r.SourceCheck, Forwarding: r.Forwarding,
 		AllowedSourcePrefixes: r.AllowedSourcePrefixes, Egress: r.Egress,
 	}
@@ -338,8 +344,13 @@ func (st *nodeStatus) print(w io.Writer) {
 		if a.Forwarding {
 			flags = append(flags, "forwarding")
 		}
-		if a.SourceCheck {
+		switch {
+		case a.SourceCheck && a.HostBridge != "":
+			flags = append(flags, "source-check at bridge "+a.HostBridge)
+		case a.SourceCheck:
 			flags = append(flags, "source-check")
+		case a.Unchecked != "":
+			flags = append(flags, "UNCHECKED")
 		}
 		for _, p := range a.AllowedSourcePrefixes {
 			flags = append(flags, "allow "+p.String())
@@ -392,4 +403,29 @@ func describeLink(l linkStatus) string {
 		parts = append(parts, "enslaved to "+l.Master)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ciliumWarning warns when the chain in conflist starts with Cilium: with
+// BPF host routing (Cilium's default where the kernel allows it) its tc
+// programs redirect pod traffic past netfilter, so podwire's check never
+// sees it and Cilium's own source-IP verification is what applies. podwire
+// cannot tell the routing mode from the node; STATUS, which gets podwire's
+// entry alone, cannot see the chain.
+func ciliumWarning(conflist string) string {
+	if conflist == "" {
+		return ""
+	}
+	data, err := os.ReadFile(conflist)
+	if err != nil {
+		return ""
+	}
+	var l struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if json.Unmarshal(data, &l) != nil || len(l.Plugins) == 0 || l.Plugins[0].Type != "cilium-cni" {
+		return ""
+	}
+	return "primary is Cilium: with BPF host routing its programs send pod traffic past netfilter, where podwire's source check never sees it; Cilium's own source-IP verification (enable-source-ip-verification, on by default) checks those pods"
 }

@@ -107,3 +107,67 @@ func TestCLIStatusNoEntry(t *testing.T) {
 		t.Errorf("bad args: code %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCLIStatusUnchecked: a pod whose primary gave it no host interface
+// (indexed by its ADD) and a chain whose primary is Cilium are both named in
+// `podwire status` and, for the pod, in STATUS's warnings (readHealth); the
+// index goes with the pod's DEL.
+func TestCLIStatusUnchecked(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace")
+	}
+	node, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		node.Close()
+		testutils.UnmountNS(node)
+	}()
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	store := state.New(stateDir)
+	rec := &state.Record{ContainerID: "0123456789abcdef", IfName: "eth0", PodNamespace: "default", PodName: "mv",
+		Complete: true, Unchecked: `pod interface "eth0" is a macvlan: no host interface to check its sources at`}
+	if err := store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.MarkUnchecked(rec); err != nil {
+		t.Fatal(err)
+	}
+	conflist := filepath.Join(dir, "05-cilium.conflist")
+	if err := os.WriteFile(conflist, []byte(`{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"},
+		{"type":"podwire","stateDir":"`+stateDir+`"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var code int
+	var out, errOut string
+	if err := node.Do(func(ns.NetNS) error {
+		code, out, errOut = runCLIArgs("status", "--conflist", conflist, "--json")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("status exited %d: %s", code, errOut)
+	}
+	var st nodeStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	all := strings.Join(st.Warnings, "\n")
+	for _, want := range []string{"source addresses not checked: default/mv", "macvlan", "primary is Cilium"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("warnings lack %q:\n%s", want, all)
+		}
+	}
+	if len(st.Attachments) != 1 || st.Attachments[0].Unchecked == "" {
+		t.Errorf("attachments: %+v", st.Attachments)
+	}
+	if err := store.ClearUnchecked(rec); err != nil {
+		t.Fatal(err)
+	}
+	if ws := uncheckedWarnings(stateDir); len(ws) != 0 {
+		t.Errorf("after the pod's DEL: %v", ws)
+	}
+}

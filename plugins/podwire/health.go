@@ -56,6 +56,7 @@ func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func
 		}
 	}
 	h.Warnings = append(h.Warnings, p.links.tableWarnings(env)...)
+	h.Warnings = append(h.Warnings, uncheckedWarnings(conf.StateDir)...)
 	return h
 }
 
@@ -95,4 +96,21 @@ func warningsChanged(stateDir string, ws []string) bool {
 	}
 	_ = atomicfile.WriteFile(path, []byte(now), state.FileMode)
 	return true
+}
+
+// uncheckedWarnings name the pods whose sources podwire cannot check (the
+// primary gives them no host interface, or an Open vSwitch port), from the
+// store's index: one read, no listing of the records.
+func uncheckedWarnings(stateDir string) []string {
+	lines, err := state.New(stateDir).Unchecked()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, l := range lines {
+		if _, pod, ok := strings.Cut(l, "\t"); ok {
+			out = append(out, "source addresses not checked: "+pod)
+		}
+	}
+	return out
 }
