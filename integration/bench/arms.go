@@ -20,9 +20,12 @@ type arm struct {
 	annotations map[string]string // sent as the runtime capability
 	portmap     bool              // send one port mapping per pod
 	podwire     bool
-	subnet      int // second octet of the pod IPv4 pool, also the IPv6 pool
-	list        *libcni.NetworkConfigList
-	node        *node
+	// bridge makes the primary the reference bridge plugin on cni0 (what
+	// flannel's CNI plugin delegates to) instead of ptp.
+	bridge bool
+	subnet int // second octet of the pod IPv4 pool, also the IPv6 pool
+	list   *libcni.NetworkConfigList
+	node   *node
 }
 
 // podwireEntry is podwire's conflist entry on node n: source check on,
@@ -49,8 +52,18 @@ func podwireEntry(n *node, extra map[string]any) map[string]any {
 }
 
 // armKinds are the arms of the latency comparison (G only where the kernel
-// has bridge VLAN filtering).
-var armKinds = []string{"A", "B", "C", "D", "E", "F", "G"}
+// has bridge VLAN filtering). H and I are the bridging primary's pair: I's
+// added latency is against H.
+var armKinds = []string{"A", "B", "C", "D", "E", "F", "G", "H", "I"}
+
+// baseOf is the arm whose latency an arm's added latency is measured
+// against: the same primary without the chained plugins.
+func baseOf(kind string) string {
+	if kind == "I" {
+		return "H"
+	}
+	return "A"
+}
 
 // newArm returns arm kind bound to node n, with its conflist.
 func newArm(kind string, n *node, subnet int) (*arm, error) {
@@ -93,6 +106,13 @@ func newArmNamed(kind string, n *node, subnet int, name string) (*arm, error) {
 		a.podwire = true
 		a.annotations = map[string]string{"podwire.io/vlan": "100"}
 		a.extra = func(n *node) []any { return []any{podwireEntry(n, map[string]any{"allowedVLANs": "100"})} }
+	case "H":
+		a.label = "bridge + host-local (flannel's delegate)"
+		a.bridge = true
+	case "I":
+		a.label = "H + podwire, ordinary pod (checked at the bridge)"
+		a.bridge, a.podwire = true, true
+		a.extra = func(n *node) []any { return []any{podwireEntry(n, nil)} }
 	default:
 		return nil, fmt.Errorf("unknown arm %q", kind)
 	}
@@ -100,11 +120,20 @@ func newArmNamed(kind string, n *node, subnet int, name string) (*arm, error) {
 	for _, e := range a.extra(n) {
 		plugins = append(plugins, e.(map[string]any))
 	}
-	l, err := cnitest.Chain{
+	ch := cnitest.Chain{
 		Name: name, Version: "1.1.0", IPAMDir: filepath.Join(n.dir, "ipam"),
 		V4Pool: fmt.Sprintf("10.%d.0.0/16", subnet), V6Pool: fmt.Sprintf("fd00:%d::/64", subnet),
 		DefaultRoutes: true, MTU: 1500, Plugins: plugins,
-	}.List()
+	}
+	if a.bridge {
+		ch.PrimaryEntry = map[string]any{
+			"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "hairpinMode": true, "mtu": 1500,
+			"ipam": map[string]any{"type": "host-local", "dataDir": ch.IPAMDir, "ranges": []any{
+				[]any{map[string]string{"subnet": ch.V4Pool}}, []any{map[string]string{"subnet": ch.V6Pool}},
+			}},
+		}
+	}
+	l, err := ch.List()
 	if err != nil {
 		return nil, fmt.Errorf("conflist of arm %s: %w", kind, err)
 	}

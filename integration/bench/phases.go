@@ -450,6 +450,37 @@ func (b *bench) throughput() error {
 			arms = append(arms, &ppsArm{label: label, pods: pods, checked: checked, s: s, r: r})
 		}
 	}
+	// The bridging primary's pair on the same nodes: pods of the bridge
+	// plugin on cni0, unchecked (H) and checked in bridge podwire (I), with
+	// as many other pods' elements in bridge podwire as the node has pods.
+	for j, i := range idx {
+		n := sn[i]
+		pods := b.opt.levels[i] + 2
+		for _, checked := range []bool{false, true} {
+			kind, label := "H", "bridge pods (not checked)"
+			if checked {
+				kind, label = "I", "podwire pods on a bridge (checked at the bridge)"
+			}
+			a, err := newArmNamed(kind, n, 80+i, "bench-I")
+			if err != nil {
+				return err
+			}
+			_, s, err := n.keep(a, 900003)
+			if err != nil {
+				return err
+			}
+			_, r, err := n.keep(a, 900004)
+			if err != nil {
+				return err
+			}
+			arms = append(arms, &ppsArm{label: label, pods: pods, checked: checked, s: s, r: r})
+		}
+		if j == len(idx)-1 && b.opt.levels[i] > 0 {
+			if err := n.fakeBridgedPods(b.opt.levels[i]); err != nil {
+				return fmt.Errorf("bridged elements on %s: %w", n.name, err)
+			}
+		}
+	}
 	d := time.Duration(b.opt.ppsSeconds * float64(time.Second))
 	for r := 0; r < b.opt.ppsBursts; r++ {
 		if err := checkInterrupted(); err != nil {

@@ -173,7 +173,8 @@ func (r *report) markdown(b *bench) string {
 	p("  prevResult and prints the result (exec + JSON, nothing else).\n")
 	p("- portmap (arm D) runs with `\"backend\": \"nftables\"` and one port mapping per pod (the `portMappings`\n")
 	p("  capability arg); its nftables backend shells out to `nft`.\n")
-	p("- Added latency of a chained plugin is `p50(X) - p50(A)`.\n\n")
+	p("- Added latency of a chained plugin is `p50(X) - p50(A)`; for I (a pod on a bridging primary,\n")
+	p("  checked in `bridge podwire`) it is `p50(I) - p50(H)`, H being the bridge plugin alone.\n\n")
 
 	p("## ADD and DEL latency per arm (ms)\n\n")
 	p("Wall time, and (CPU columns) the user + system time of all plugin processes of the chain\n")
@@ -184,9 +185,9 @@ func (r *report) markdown(b *bench) string {
 	for _, a := range r.arms {
 		s := r.lat[a.key]
 		addD, delD, addC, delC := "", "", "", ""
-		if a.key != "A" {
-			addD, delD = signedMs(s.add.p50()-base.add.p50()), signedMs(s.del.p50()-base.del.p50())
-			addC, delC = signedMs(s.addCPU.p50()-base.addCPU.p50()), signedMs(s.delCPU.p50()-base.delCPU.p50())
+		if b, ok := r.lat[baseOf(a.key)]; ok && a.key != "A" && a.key != "H" {
+			addD, delD = signedMs(s.add.p50()-b.add.p50()), signedMs(s.del.p50()-b.del.p50())
+			addC, delC = signedMs(s.addCPU.p50()-b.addCPU.p50()), signedMs(s.delCPU.p50()-b.delCPU.p50())
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", a.key, a.label, ms(s.add.p50()), ms(s.add.p90()),
 			ms(s.del.p50()), ms(s.del.p90()), addD, delD, ms(s.addCPU.p50()), addC, delC)
@@ -211,8 +212,10 @@ func (r *report) markdown(b *bench) string {
 		}
 	}
 	added := func(k string) float64 {
-		if s, ok := r.lat[k]; ok {
-			return s.add.p50() - base.add.p50()
+		s, ok := r.lat[k]
+		b, okb := r.lat[baseOf(k)]
+		if ok && okb {
+			return s.add.p50() - b.add.p50()
 		}
 		return 0
 	}
@@ -231,8 +234,10 @@ func (r *report) markdown(b *bench) string {
 	}
 	pwC, floorC, tunC := addedCPU("E"), addedCPU("B"), addedCPU("C")
 	p("\nRatios of added ADD p50: podwire (E) / floor (B) = %s, podwire / tuning (C) = %s;\n", ratio(pw, floor), ratio(pw, tun))
-	p("forwarding pod (F) / floor = %s. Added DEL p50: podwire %s, floor %s, tuning %s, portmap %s.\n",
-		ratio(added("F"), floor), signedMs(addedDel("E")), signedMs(addedDel("B")), signedMs(addedDel("C")), signedMs(addedDel("D")))
+	p("forwarding pod (F) / floor = %s; a pod on a bridging primary (I, against H) / routed (E) = %s.\n",
+		ratio(added("F"), floor), ratio(added("I"), pw))
+	p("Added DEL p50: podwire %s, floor %s, tuning %s, portmap %s.\n",
+		signedMs(addedDel("E")), signedMs(addedDel("B")), signedMs(addedDel("C")), signedMs(addedDel("D")))
 	p("The same ratios on CPU time: podwire / floor = %s, podwire / tuning = %s.\n\n", ratio(pwC, floorC), ratio(pwC, tunC))
 
 	if len(r.direct) > 0 {
@@ -385,7 +390,10 @@ func (r *report) markdown(b *bench) string {
 		p("another through the node, %.1f s per burst after %s of warm-up, %d bursts per arm round-robin;\n", b.opt.ppsSeconds, blastWarm, b.opt.ppsBursts)
 		p("median of the bursts. On the smallest and the biggest scaling node, two podwire pods (every packet\n")
 		p("goes through the source check: interface lookup, then `iifname . saddr` lookup) and, as a reference,\n")
-		p("two pods of ptp alone on the same node (their host interfaces are not checked: one lookup).\n")
+		p("two pods of ptp alone on the same node (their host interfaces are not checked: one lookup); then the\n")
+		p("same on a bridging primary (the bridge plugin on cni0, pod to pod across the bridge, never the IP layer):\n")
+		p("two pods checked in `bridge podwire` (on the biggest node beside as many other pods' elements) and two\n")
+		p("bridge pods that are not checked.\n")
 		p("On 2 CPUs the sender and the receiver compete with each other and with the other work on the machine.\n\n")
 		p("| pods on the node | stream between | received pps | sent pps |\n| ---: | --- | ---: | ---: |\n")
 		for _, a := range r.pps {
@@ -473,12 +481,19 @@ func (r *report) markdown(b *bench) string {
 		p("| (context) podwire alone DEL p50 at %d pods, of which the kernel's grace period | %s ms, %s ms | |\n", l0.existing,
 			ms(l0.pw.del.p50()), signedMs(g.del.p50()-g.add.p50()))
 	}
-	if len(r.pps) == 4 {
+	if len(r.pps) >= 4 {
 		s, g := medianF(r.pps[1].rx), medianF(r.pps[3].rx)
 		p("| throughput through the check at %d pods >= 95%% of %d | %.0f vs %.0f pps (%.0f%%) | %s |\n", r.pps[3].pods, r.pps[1].pods,
 			g, s, 100*g/s, holds(g >= 0.95*s))
 		us, ug := medianF(r.pps[0].rx), medianF(r.pps[2].rx)
 		p("| same, unchecked ptp pods on the same nodes (reference) | %.0f vs %.0f pps (%.0f%%) | |\n", ug, us, 100*ug/us)
+	}
+	if len(r.pps) == 8 {
+		s, g := medianF(r.pps[5].rx), medianF(r.pps[7].rx)
+		p("| throughput through the bridge check at %d pods >= 95%% of %d | %.0f vs %.0f pps (%.0f%%) | %s |\n", r.pps[7].pods, r.pps[5].pods,
+			g, s, 100*g/s, holds(g >= 0.95*s))
+		us, ug := medianF(r.pps[4].rx), medianF(r.pps[6].rx)
+		p("| same, unchecked bridge pods on the same nodes (reference) | %.0f vs %.0f pps (%.0f%%) | |\n", ug, us, 100*ug/us)
 	}
 	p("\nReference anchors measured on this kind of machine earlier: floor +1.7 ms, tuning +3.0 ms, portmap\n")
 	p("(nftables) +32 ms ADD and +60 ms DEL, growing about 0.1 ms per existing pod.\n")
