@@ -7,7 +7,7 @@ export CGO_ENABLED := 0
 CNI_PLUGINS_VERSION := v1.9.1
 CNI_VERSION := v1.3.1
 TOOLS_DIR := $(CURDIR)/.cache/cni-bin
-REF_PLUGINS := ptp host-local tuning portmap bridge loopback
+REF_PLUGINS := ptp host-local tuning portmap bridge loopback macvlan
 
 # The Kubernetes node of integration/k8s: versions named here only. kubelet
 # 1.37 still accepts Debian's containerd 1.6 (1.38 will want containerd 2).
