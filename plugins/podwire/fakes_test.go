@@ -17,9 +17,9 @@ import (
 	"github.com/podwire/podwire/pkg/primary"
 )
 
-// fakeLinks is the node's links and routes in memory. VLAN operations are
-// not faked (the embedded nil interface panics): VLAN wiring is proven in
-// the VM suite.
+// fakeLinks is the node's links and routes in memory. Making VLAN ports
+// and trunks is not faked (the embedded nil interface panics; the VM suite
+// proves it); what DEL removes of them is recorded.
 type fakeLinks struct {
 	links
 	hostIfs   map[string]bool
@@ -27,10 +27,25 @@ type fakeLinks struct {
 	announced []podHostIf
 	// failAddRoutes makes addRoutes fail after adding nothing.
 	failAddRoutes error
+	// deletedPorts and removedVLANs are what DEL asked of the VLAN
+	// wiring (uplink -> VLAN IDs); the wiring itself is proven in the VM
+	// suite.
+	deletedPorts []string
+	removedVLANs map[string][]uint16
+}
+
+func (f *fakeLinks) deletePort(hostVeth string) error {
+	f.deletedPorts = append(f.deletedPorts, hostVeth)
+	return nil
+}
+
+func (f *fakeLinks) removeUplinkVLANs(uplink string, vids []uint16) error {
+	f.removedVLANs[uplink] = append(f.removedVLANs[uplink], vids...)
+	return nil
 }
 
 func newFakeLinks(hostIfs ...string) *fakeLinks {
-	f := &fakeLinks{hostIfs: map[string]bool{}, routes: map[string]bool{}}
+	f := &fakeLinks{hostIfs: map[string]bool{}, routes: map[string]bool{}, removedVLANs: map[string][]uint16{}}
 	for _, n := range hostIfs {
 		f.hostIfs[n] = true
 	}

@@ -155,6 +155,8 @@ func (vlanStep) del(x *invocation) error {
 	if v.Uplink != "" {
 		if unused, err := unusedUplinkVLANs(x, v); err != nil {
 			errs = append(errs, err)
+		} else if len(unused) == 0 {
+			// Every VLAN of the pod is still someone's.
 		} else if err := x.links.removeUplinkVLANs(v.Uplink, unused); err != nil {
 			errs = append(errs, err)
 		}
@@ -166,8 +168,12 @@ func (vlanStep) del(x *invocation) error {
 // puts on the same uplink.
 func unusedUplinkVLANs(x *invocation, v *state.VLANAttachment) ([]uint16, error) {
 	recs, err := x.store.List()
-	if err != nil && len(recs) == 0 {
-		return nil, fmt.Errorf("failed to read records to count VLAN users of uplink %q: %w", v.Uplink, err)
+	if err != nil {
+		// A record that cannot be read may hold any of v's VLANs: removing
+		// one it holds would cut that pod off the trunk, while a VLAN left
+		// on the uplink only carries a tag nobody sends. Keep them all.
+		x.log.Warn("keeping the pod's VLANs on the uplink: a record could not be read", "uplink", v.Uplink, "vlans", v.VLANs(), "error", err)
+		return nil, nil
 	}
 	inUse := map[uint16]bool{}
 	for _, r := range recs {

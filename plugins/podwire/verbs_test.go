@@ -269,29 +269,28 @@ func TestVerbsInProcess(t *testing.T) {
 // host rp_filter restored, the node lock free.
 func TestAddRollback(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		break_ func(n *testNode)
+		name  string
+		fail  func(n *testNode)
+		cause string // the injected failure, which ADD's error must carry
 	}{
-		{"pod sysctls", func(n *testNode) { n.sysctls.failPodOn = errors.New("fake: read-only /proc/sys") }},
-		{"routes", func(n *testNode) { n.links.failAddRoutes = errors.New("fake: RTM_NEWROUTE refused") }},
+		{"pod sysctls", func(n *testNode) { n.sysctls.failPodOn = errors.New("fake: read-only /proc/sys") }, "read-only /proc/sys"},
+		{"routes", func(n *testNode) { n.links.failAddRoutes = errors.New("fake: RTM_NEWROUTE refused") }, "RTM_NEWROUTE refused"},
 		// Flush 1 lays down the tables, 2 adds the pod's elements.
-		{"elements", func(n *testNode) { n.conn = &flakyConn{Conn: n.nft, failAt: 2} }},
+		{"elements", func(n *testNode) { n.conn = &flakyConn{Conn: n.nft, failAt: 2} }, "flush refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNode(t)
 			n.wire(router)
-			tc.break_(n)
-			if _, err := n.add("1.0.0", router); err == nil {
-				t.Fatal("ADD succeeded")
+			tc.fail(n)
+			_, err := n.add("1.0.0", router)
+			if err == nil || !strings.Contains(err.Error(), tc.cause) {
+				t.Fatalf("ADD: %v, want the failure injected at %s (%q)", err, tc.name, tc.cause)
 			}
 			rec := &state.Record{ContainerID: router.id, IfName: "eth0", HostIfName: router.hostIf}
 			if err := json.Unmarshal([]byte(`{"addresses":["`+router.ip4+`"]}`), rec); err != nil {
 				t.Fatal(err)
 			}
 			n.assertGone("rollback", router, n.podElements(rec))
-			if len(n.sysctls.podFwd) > 0 && tc.name == "pod sysctls" {
-				t.Error("pod forwarding enabled although it failed")
-			}
 		})
 	}
 }
@@ -375,5 +374,42 @@ func TestStatusInProcess(t *testing.T) {
 	var e *types.Error
 	if err := status(map[string]any{"stateDir": filepath.Join(file, "state")}); !errors.As(err, &e) || e.Code != types.ErrPluginNotAvailable {
 		t.Fatalf("STATUS with stateDir under a file: %v, want CNI error 50", err)
+	}
+}
+
+// TestDelKeepsVLANsOfUnreadableRecords: the DEL of a VLAN pod removes from
+// the uplink only the VLANs no other record holds. When another record
+// cannot be read it may hold them, so DEL removes none (and still succeeds:
+// the pod's port goes).
+func TestDelKeepsVLANsOfUnreadableRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		corrupt bool
+		want    []uint16
+	}{{"every record readable", false, []uint16{100}}, {"one record unreadable", true, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+			p := testPod{id: "vlanpod", ns: "default", name: "v", hostIf: "veth-v", ip4: "10.199.0.7"}
+			rec := &state.Record{ContainerID: p.id, IfName: "eth0", Complete: true, PodNamespace: p.ns, PodName: p.name,
+				VLAN: &state.VLANAttachment{Bridge: "podwire0", HostVeth: "pw-v", PodIfName: "net1", PVID: 100, Uplink: "eth1"}}
+			if err := state.New(n.dir).Put(rec); err != nil {
+				t.Fatal(err)
+			}
+			if tc.corrupt {
+				// Another VLAN pod's record, cut short by a full disk.
+				if err := os.WriteFile(filepath.Join(n.dir, "other_eth0.json"), []byte(`{"containerID":"other","vlan":{"pvid":1`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := n.del("1.0.0", p, false, false); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			if got := n.links.removedVLANs["eth1"]; fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("VLANs removed from eth1: %v, want %v", got, tc.want)
+			}
+			if fmt.Sprint(n.links.deletedPorts) != "[pw-v]" {
+				t.Errorf("ports deleted: %v, want [pw-v]", n.links.deletedPorts)
+			}
+		})
 	}
 }
