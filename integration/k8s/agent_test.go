@@ -18,6 +18,7 @@ import (
 // elements of the pods wired before: such a pod is checked again (a forged
 // source is dropped), and the repair is an Event on the Node.
 func TestAgentRepairsTablesWithoutADD(t *testing.T) {
+	needCluster(t)
 	p := runPod(t, "default", "repair-victim", nil)
 	if genuine, passed := spoofFrom(t, p, 7020); !genuine || len(passed) > 0 {
 		t.Fatalf("before the drift: genuine %v, forged passed %v; want the pod checked", genuine, passed)
@@ -74,6 +75,7 @@ func podwireTables(ruleset string) []string {
 // Ready for this node and keeps the primary's conflist, and the node tables
 // are current.
 func TestStatusShowsAgent(t *testing.T) {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, out, err := cnitest.RunStatus(c.NodeCommand(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))

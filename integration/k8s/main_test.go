@@ -64,13 +64,26 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// skipReason is why no cluster was started ("" when one was).
+var skipReason string
+
+// needCluster skips t when TestMain started no cluster.
+func needCluster(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
 func run(m *testing.M) int {
 	k8sBin, etcd := os.Getenv("PODWIRE_K8S_BIN"), os.Getenv("PODWIRE_ETCD")
 	podwireBin, podwireImage = os.Getenv("PODWIRE_BIN"), os.Getenv("PODWIRE_IMAGE")
 	cniBin := os.Getenv("PODWIRE_CNI_BIN")
 	if k8sBin == "" || etcd == "" || podwireBin == "" || podwireImage == "" || cniBin == "" || os.Geteuid() != 0 {
-		fmt.Println("integration/k8s: needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN, PODWIRE_IMAGE and PODWIRE_CNI_BIN: run it with make test-k8s")
-		return 0
+		// Every test then reports itself skipped (needCluster), so that
+		// `go test ./...` says so instead of "ok" with nothing run.
+		skipReason = "needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN, PODWIRE_IMAGE and PODWIRE_CNI_BIN: run it with make test-k8s"
+		return m.Run()
 	}
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

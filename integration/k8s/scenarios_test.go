@@ -63,6 +63,7 @@ func spoofFrom(t *testing.T, p *pod, port int) (genuine bool, passed []netip.Add
 // TestSourceCheck: an ordinary pod created through the API reaches the
 // outside from its own address; its forged sources are dropped.
 func TestSourceCheck(t *testing.T) {
+	needCluster(t)
 	p := runPod(t, "default", "plain", nil)
 	genuine, passed := spoofFrom(t, p, 7001)
 	if !genuine {
@@ -79,6 +80,7 @@ func TestSourceCheck(t *testing.T) {
 // template; a client network behind the pod reaches a server outside the
 // node and back, with its own source address.
 func TestForwardingDeployment(t *testing.T) {
+	needCluster(t)
 	createNamespace(t, allowedNS)
 	manifest := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
@@ -186,6 +188,7 @@ func addrUp(link, cidr string) error {
 // refusal reaches `kubectl describe pod` as a FailedCreatePodSandBox event
 // naming the annotation and the gate, and podwire keeps no record of it.
 func TestRefusal(t *testing.T) {
+	needCluster(t)
 	before := len(records(t))
 	applyPod(t, "default", "router-refused", map[string]string{annForwarding: "true"})
 	deadline := time.Now().Add(90 * time.Second)
@@ -226,6 +229,7 @@ func TestRefusal(t *testing.T) {
 // sees it as the pod's source, while traffic to exceptCIDRs keeps the pod's
 // own address.
 func TestEgressFromNodeAnnotation(t *testing.T) {
+	needCluster(t)
 	if err := ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
 		return addrUp("lo", serverIP.String()+"/32")
 	}); err != nil {
@@ -287,6 +291,7 @@ func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 // element or route of it on the node, once its sandbox is removed (both of
 // containerd's DELs, at StopPodSandbox and RemovePodSandbox, have run).
 func TestDeletion(t *testing.T) {
+	needCluster(t)
 	const ns = "nf-del"
 	routes := netip.MustParsePrefix("198.51.100.128/25")
 	createNamespace(t, ns)
@@ -330,6 +335,7 @@ func hasRoute(t *testing.T, prefix netip.Prefix) bool {
 // node agent puts podwire's entry back within 10 s, and a pod created right
 // after is source-checked: its forged sources are dropped.
 func TestRewrittenConflist(t *testing.T) {
+	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := os.WriteFile(c.PrimaryConflist, c.PrimaryConflistBytes(), 0o644); err != nil {
@@ -359,6 +365,7 @@ func TestRewrittenConflist(t *testing.T) {
 // second since the cluster was up), with the VLAN uplink the config names
 // missing throughout.
 func TestNodeStaysReady(t *testing.T) {
+	needCluster(t)
 	var missing bool
 	if err := ns.WithNetNSPath(c.NodeNetNS, func(ns.NetNS) error {
 		_, err := netlinksafe.LinkByName(missingUplink)
