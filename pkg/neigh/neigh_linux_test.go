@@ -90,12 +90,18 @@ func TestAnnounceMovesNeighbourEntries(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("Announce: %v", err)
 	}
-	// The announcements were sent inside the netlink request; give the
-	// neighbour's softirq a moment.
-	time.Sleep(50 * time.Millisecond)
+	// The announcements were sent inside the netlink request; the
+	// neighbour's softirq processes them soon after: wait for each entry,
+	// within a bound, instead of for a fixed time.
 	for _, a := range []string{"10.1.0.1", "2001:db8::1"} {
-		if got, _ := neighMAC(t, nb, "e1", a); got != podMAC {
-			t.Errorf("neighbour's entry for %s is %q, want the pod's %s", a, got, podMAC)
+		deadline := time.Now().Add(2 * time.Second)
+		got, _ := neighMAC(t, nb, "e1", a)
+		for got != podMAC && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			got, _ = neighMAC(t, nb, "e1", a)
+		}
+		if got != podMAC {
+			t.Errorf("2 s after Announce the neighbour's entry for %s is %q, want the pod's %s", a, got, podMAC)
 		}
 	}
 	for _, a := range []string{"10.1.0.254", "2001:db8::fe"} {
