@@ -16,14 +16,22 @@ ETCD_VERSION := v3.6.6
 K8S_BIN_DIR := $(CURDIR)/.cache/k8s-$(K8S_VERSION)
 ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
 
+# One version for both binaries and the image tag: scripts/version.sh (git
+# describe; v0.1.0-<commits>-g<hash> while the repository has no tag),
+# stamped into pkg/buildinfo with the commit. `make VERSION=v1.2.3` overrides.
+VERSION := $(shell scripts/version.sh)
+COMMIT := $(shell GIT_OPTIONAL_LOCKS=0 git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/podwire/podwire/pkg/buildinfo
+LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
+
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
 .PHONY: build image tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint fuzz clean
 
 build:
-	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire ./plugins/podwire
-	$(GO) build -trimpath -ldflags '-s -w' -o bin/podwire-agent ./cmd/podwire-agent
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire ./plugins/podwire
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire-agent ./cmd/podwire-agent
 
 # The agent's image as an OCI archive (bin/podwire-image.tar), built offline.
 image: build

@@ -21,11 +21,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/podwire/podwire/pkg/agent"
+	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/buildinfo"
 	"github.com/podwire/podwire/pkg/config"
 )
-
-// version is set at build time (-ldflags -X main.version=...).
-var version = "dev"
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -46,10 +45,11 @@ func run(log *slog.Logger) error {
 	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, tables, egress file)")
 	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
-	showVersion := flag.Bool("version", false, "print the version and exit")
+	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
 	if *showVersion {
-		fmt.Println("podwire-agent", version)
+		fmt.Printf("podwire-agent %s\nagent protocol: %d (reads %d-%d)\n", buildinfo.String(),
+			agentapi.Proto, agentapi.MinProto, agentapi.Proto)
 		return nil
 	}
 	if *node == "" {
@@ -65,7 +65,7 @@ func run(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("failed to load the API client config: %w", err)
 	}
-	cfg.UserAgent = "podwire-agent/" + version
+	cfg.UserAgent = "podwire-agent/" + buildinfo.Version
 	cfg.Timeout = 10 * time.Second
 	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
@@ -80,7 +80,7 @@ func run(log *slog.Logger) error {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
-		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, Version: version,
+		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, Version: buildinfo.Version,
 		Chain: agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -105,7 +105,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	go func() {
-		if err := agentapi.Serve(ctx, ln, 10*time.Second, a.handle); err != nil {
+		if err := agentapi.Serve(ctx, ln, 10*time.Second, a.log, a.handle); err != nil {
 			a.log.Error("socket server stopped", "error", err)
 		}
 	}()
@@ -125,7 +125,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := watch.Add(a.cfg.Chain.ConfDir); err != nil {
 		return fmt.Errorf("failed to watch CNI conf dir %q: %w", a.cfg.Chain.ConfDir, err)
 	}
-	a.log.Info("agent running", "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
+	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
 	// A primary's installer writes in several steps (temporary file,

@@ -3,6 +3,11 @@
 // and one JSON response per connection. It links no Kubernetes module, since
 // the plugin imports it.
 //
+// Every request and response carries a Header with the protocol version of
+// its format, checked on read (see Proto), so a plugin and an agent of
+// different builds (during a rollout, or a rollback) either work together or
+// fail with an error naming both builds.
+//
 // Limits: the socket is protected by its file mode (0600, root) and by the
 // host path it lives in; there is no authentication beyond that.
 package agentapi
@@ -13,9 +18,100 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"time"
+
+	"github.com/podwire/podwire/pkg/buildinfo"
 )
+
+// Protocol versions. Proto is the version this build writes and MinProto
+// the oldest it still reads; a reader accepts a message whose version lies
+// in MinProto..Proto and refuses any other with an *IncompatibleError. A
+// message without a version comes from a build made before the protocol was
+// versioned, whose format is version 1.
+//
+// A change a reader of the previous version would misread (a field whose
+// meaning changes, a required new field) raises Proto; a new optional field
+// that older readers may ignore does not (encoding/json skips unknown
+// fields). Raise MinProto only when no supported release speaks the old
+// version any more: the agent answers every request in the request's
+// version, so while MinProto stays, an older plugin keeps working with a
+// newer agent.
+const (
+	Proto    = 1
+	MinProto = 1
+)
+
+// Header opens every request and response.
+type Header struct {
+	// Proto is the version of the message's format; 0 (absent) means 1.
+	Proto int `json:"proto,omitempty"`
+	// MinProto is the oldest version the sender reads; 0 means Proto.
+	MinProto int `json:"minProto,omitempty"`
+	// Build is the sender's version (pkg/buildinfo), for messages and logs.
+	Build string `json:"build,omitempty"`
+}
+
+// header is this build's Header, writing version proto.
+func header(proto int) Header {
+	return Header{Proto: proto, MinProto: MinProto, Build: buildinfo.Version}
+}
+
+// version is h.Proto with the absent value read as 1.
+func (h Header) version() int {
+	if h.Proto == 0 {
+		return 1
+	}
+	return h.Proto
+}
+
+// reads is the range of versions the sender of h reads.
+func (h Header) reads() (lo, hi int) {
+	hi = h.version()
+	if lo = h.MinProto; lo == 0 || lo > hi {
+		lo = hi
+	}
+	return lo, hi
+}
+
+// readable reports whether this build reads a message of h's version.
+func readable(h Header) bool {
+	v := h.version()
+	return MinProto <= v && v <= Proto
+}
+
+// IncompatibleError is a plugin and an agent whose protocol versions do not
+// overlap. Its message names both builds and their versions.
+type IncompatibleError struct {
+	// Side is "plugin" or "agent": this build's role.
+	Side string
+	// Peer is the other side's header (its Build may be empty: an old peer).
+	Peer Header
+}
+
+func (e *IncompatibleError) Error() string {
+	other := "agent"
+	if e.Side == "agent" {
+		other = "plugin"
+	}
+	build := e.Peer.Build
+	if build == "" {
+		build = "(a build without a version)"
+	}
+	lo, hi := e.Peer.reads()
+	return fmt.Sprintf("podwire %s %s speaks agent protocol %s and podwire %s %s speaks %s: "+
+		"they cannot talk; run the plugin and the agent of one release (the agent installs its own plugin, "+
+		"so this lasts only until the DaemonSet's rollout reaches this node)",
+		e.Side, buildinfo.Version, span(MinProto, Proto), other, build, span(lo, hi))
+}
+
+func span(lo, hi int) string {
+	if lo == hi {
+		return fmt.Sprint(hi)
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
 
 // Ops of a Request.
 const (
@@ -25,11 +121,16 @@ const (
 	OpStatus = "status"
 )
 
+// codeTryAgainLater is CNI error 11 (types.ErrTryAgainLater), without
+// importing the CNI library into the agent's protocol.
+const codeTryAgainLater = 11
+
 // maxMessage bounds a request or response, in bytes.
 const maxMessage = 1 << 20
 
 // Request is what the plugin sends.
 type Request struct {
+	Header
 	Op        string `json:"op"`
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
@@ -41,6 +142,7 @@ type Request struct {
 // error code: 11 (try again later) when the agent cannot answer yet, 999
 // when the API answered no (not found, UID mismatch).
 type Response struct {
+	Header
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// Source is "informer" or "get" (for logs and tests).
 	Source string  `json:"source,omitempty"`
@@ -70,9 +172,11 @@ type Status struct {
 	Errors     []string `json:"errors,omitempty"`
 }
 
-// Call sends req to the agent at socket and returns its response. It
-// retries the connection until ctx ends (the agent may be restarting), so
-// the caller bounds the wait with ctx's deadline.
+// Call sends req to the agent at socket, with this build's Header, and
+// returns its response. It retries the connection until ctx ends (the agent
+// may be restarting), so the caller bounds the wait with ctx's deadline. An
+// agent whose protocol versions do not overlap this build's is an
+// *IncompatibleError.
 func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 	var d net.Dialer
 	var conn net.Conn
@@ -92,12 +196,18 @@ func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
+	req.Header = header(Proto)
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return nil, fmt.Errorf("failed to send to the podwire agent on %s: %w", socket, err)
 	}
 	resp := &Response{}
 	if err := json.NewDecoder(io.LimitReader(conn, maxMessage)).Decode(resp); err != nil {
 		return nil, fmt.Errorf("no answer from the podwire agent on %s: %w", socket, err)
+	}
+	// The agent refused our version (its answer says what it reads), or
+	// answered in one we cannot read.
+	if lo, hi := resp.reads(); Proto < lo || Proto > hi || !readable(resp.Header) {
+		return nil, &IncompatibleError{Side: "plugin", Peer: resp.Header}
 	}
 	return resp, nil
 }
@@ -106,8 +216,12 @@ func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 type Handler func(ctx context.Context, req Request) *Response
 
 // Serve answers requests on ln until ctx ends, each connection on its own
-// goroutine, each bounded by timeout.
-func Serve(ctx context.Context, ln net.Listener, timeout time.Duration, h Handler) error {
+// goroutine, each bounded by timeout. h sees only requests of a version this
+// build reads, and its response goes out in the request's version with this
+// build's Header. Any other request is answered with CNI error 11 (try again
+// later: a plugin and an agent of different releases meet only during a
+// rollout) and this build's Header, without calling h, and logged.
+func Serve(ctx context.Context, ln net.Listener, timeout time.Duration, log *slog.Logger, h Handler) error {
 	go func() {
 		<-ctx.Done()
 		ln.Close()
@@ -130,9 +244,20 @@ func Serve(ctx context.Context, ln net.Listener, timeout time.Duration, h Handle
 			if err := json.NewDecoder(io.LimitReader(conn, maxMessage)).Decode(&req); err != nil {
 				return
 			}
+			if !readable(req.Header) {
+				err := &IncompatibleError{Side: "agent", Peer: req.Header}
+				log.Warn("request refused", "op", req.Op, "error", err)
+				_ = json.NewEncoder(conn).Encode(&Response{Header: header(Proto), Code: codeTryAgainLater, Error: err.Error()})
+				return
+			}
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			_ = json.NewEncoder(conn).Encode(h(cctx, req))
+			resp := h(cctx, req)
+			if resp == nil {
+				resp = &Response{Code: codeTryAgainLater, Error: "the agent gave no answer"}
+			}
+			resp.Header = header(req.version())
+			_ = json.NewEncoder(conn).Encode(resp)
 		}()
 	}
 }

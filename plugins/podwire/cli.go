@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/buildinfo"
 	"github.com/podwire/podwire/pkg/config"
 )
 
@@ -35,7 +37,7 @@ func runCLI(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "podwire %s: a chained CNI plugin for network-function pods.\n\n", Version)
+	fmt.Fprintf(w, "podwire %s: a chained CNI plugin for network-function pods.\n\n", buildinfo.Version)
 	fmt.Fprintln(w, "Run by a container runtime with CNI_COMMAND set, it is a CNI plugin.")
 	fmt.Fprintln(w, "Run by a person:")
 	names := make([]string, 0, len(cliCommands))
@@ -48,7 +50,10 @@ func usage(w io.Writer) {
 	}
 }
 
+// cliVersion prints the build (pkg/buildinfo: version, commit, Go), the CNI
+// spec versions and the agent protocol versions this plugin speaks.
 func cliVersion(_ []string, stdout, _ io.Writer) int {
-	fmt.Fprintf(stdout, "podwire %s\nCNI spec versions: %s\n", Version, strings.Join(config.SupportedVersions, ", "))
+	fmt.Fprintf(stdout, "podwire %s\nCNI spec versions: %s\nagent protocol: %d (reads %d-%d)\n", buildinfo.String(),
+		strings.Join(config.SupportedVersions, ", "), agentapi.Proto, agentapi.MinProto, agentapi.Proto)
 	return 0
 }

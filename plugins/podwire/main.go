@@ -13,12 +13,10 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/podwire/podwire/pkg/buildinfo"
 	"github.com/podwire/podwire/pkg/config"
 	_ "github.com/podwire/podwire/plugins/podwire/internal/oneproc"
 )
-
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "v0.1.0-dev"
 
 // main runs the CNI verb or the operator CLI.
 //
@@ -47,5 +45,5 @@ func main() {
 		Check:  p.cmdCheck,
 		Status: p.cmdStatus,
 		GC:     p.cmdGC,
-	}, version.PluginSupports(config.SupportedVersions...), "podwire "+Version)
+	}, version.PluginSupports(config.SupportedVersions...), "podwire "+buildinfo.Version)
 }
