@@ -16,7 +16,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +23,7 @@ import (
 	kfake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/agent"
 	"github.com/podwire/podwire/pkg/agentapi"
 )
@@ -151,7 +151,7 @@ func (n *node) podwireEntry(extra map[string]any) map[string]any {
 // no annotations capability (an old runtime): podwire asks the agent.
 func (n *node) addPodNoCapability(namespace, name, uid string, conf map[string]any) (*pod, error) {
 	n.t.Helper()
-	podNS, err := testutils.NewNS()
+	podNS, err := testns.Make() // released by p.closeNS
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/nodetables"
 )
 
@@ -27,18 +27,10 @@ import (
 // Each ADD is followed by an untimed DEL. Run with
 // `go test -run '^$' -bench NodeTables -benchtime 200x ./integration/`.
 func BenchmarkNodeTablesADD(b *testing.B) {
-	nodeNS, err := testutils.NewNS()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { releaseNS(nodeNS) }()
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { releaseNS(podNS) }()
+	nodeNS := testns.New(b)
+	podNS := testns.New(b)
 	dir := b.TempDir()
-	err = nodeNS.Do(func(ns.NetNS) error {
+	err := nodeNS.Do(func(ns.NetNS) error {
 		for _, c := range [][]string{
 			{"link", "set", "lo", "up"},
 			{"link", "add", "vethbench", "type", "veth", "peer", "name", "eth0", "netns", filepath.Base(podNS.Path())},

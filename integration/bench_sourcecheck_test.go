@@ -18,10 +18,10 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
@@ -51,11 +51,11 @@ type benchNode struct {
 
 func newBenchNode(b *testing.B) *benchNode {
 	b.Helper()
-	nodeNS, err := cnitest.NewNS()
+	nodeNS, err := testns.Make()
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { releaseNS(nodeNS) })
+	b.Cleanup(func() { testns.Release(nodeNS) })
 	bn := &benchNode{ns: nodeNS, dir: b.TempDir()}
 	bn.cni = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(bn.dir, "cache"), nil)
 	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
@@ -130,11 +130,7 @@ func BenchmarkSourceCheckPPS(b *testing.B) {
 		b.Run(famName(v6), func(b *testing.B) {
 			bn := newBenchNode(b)
 			be := newBackendFor(b, bn.ns)
-			podNS, err := testutils.NewNS()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { releaseNS(podNS) })
+			podNS := testns.New(b)
 			list, rt := bn.list(b, true), benchRuntimeConf(podNS.Path())
 			if err := bn.ns.Do(func(ns.NetNS) error {
 				_, err := bn.cni.AddNetworkList(context.Background(), list, rt)
@@ -319,11 +315,7 @@ func median(xs []float64) float64 {
 // one chain dump, never the sets or the other records).
 func BenchmarkSourceCheckADD(b *testing.B) {
 	bn := newBenchNode(b)
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { releaseNS(podNS) })
+	podNS := testns.New(b)
 	ptpList := bn.list(b, false)
 	// cycle returns the wall time of podwire's ADD and its CPU time (user +
 	// system, from the children's rusage), which a loaded machine disturbs

@@ -20,9 +20,9 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // killExec is libcni's plugin executor with a knife: while armed, podwire's
@@ -175,11 +175,7 @@ func TestCrashDuringAdd(t *testing.T) {
 	relAssertNode(t, n, live, nil)
 
 	// One pod netns serves every victim: ptp's DEL removes eth0 from it.
-	podNS, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseNS(podNS) })
+	podNS := testns.New(t)
 	if err := podNS.Do(func(ns.NetNS) error {
 		_, err := sysctl.Sysctl("net.ipv6.conf.default.accept_dad", "0")
 		return err

@@ -6,8 +6,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 )
 
@@ -36,11 +36,7 @@ func newBackendFor(t testing.TB, nodeNS ns.NetNS) *backend {
 // gateways. The test's cleanup removes the netns.
 func hostBehind(t testing.TB, parent ns.NetNS, parentIf string, gw4, gw6 netip.Prefix, host4, host6 netip.Addr) ns.NetNS {
 	t.Helper()
-	hns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseNS(hns) })
+	hns := testns.New(t)
 	vethPair(t, parent, parentIf, hns, "eth0")
 	doIn(t, parent, [][]string{
 		{"ip", "addr", "add", gw4.String(), "dev", parentIf},

@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // specVersions are the CNI spec versions every verb is tested with: 0.3.x
@@ -72,12 +73,12 @@ type node struct {
 // netns goes away with it, every link, route and nftables table in it.
 func newNode(t *testing.T) *node {
 	t.Helper()
-	nodeNS, err := cnitest.NewNS()
+	nodeNS, err := testns.Make()
 	if err != nil {
 		t.Fatalf("failed to create node netns: %v", err)
 	}
 	n := &node{t: t, ns: nodeNS, dir: t.TempDir(), v4Pool: "10.244.1.0/24", v6Pool: "fd00:244:1::/64"}
-	t.Cleanup(func() { releaseNS(nodeNS) })
+	t.Cleanup(func() { testns.Release(nodeNS) })
 	n.cni = libcni.NewCNIConfigWithCacheDir(
 		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.dir, "cache"), nil)
 	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
@@ -199,7 +200,7 @@ func (n *node) mustAddPod(s podSpec) *pod {
 }
 
 func (p *pod) closeNS() {
-	releaseNS(p.ns)
+	testns.Release(p.ns)
 	p.ns = nil
 }
 
@@ -249,7 +250,4 @@ var (
 	cniCode = cnitest.CNICode
 	// eventually retries f for up to d (for kernel state that settles: DAD).
 	eventually = cnitest.Eventually
-	// releaseNS closes a netns and removes its bind mount, lazily when a
-	// plain unmount fails with EBUSY (parallel ADDs).
-	releaseNS = cnitest.ReleaseNS
 )

@@ -11,10 +11,10 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // frameCapture is a packet socket receiving every frame of every interface
@@ -171,11 +171,7 @@ func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 	}
 
 	// The neighbour: a netns on cni0 that talks to a.
-	nb, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseNS(nb) })
+	nb := testns.New(t)
 	nbPort := "nb" + randHex(4)
 	n.do(func() error {
 		if err := run("ip", "link", "add", nbPort, "type", "veth", "peer", "name", "eth0", "netns", nb.Path()); err != nil {
@@ -224,6 +220,7 @@ func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 	}
 	for _, ip := range []netip.Addr{v4, v6} {
 		var mac net.HardwareAddr
+		var err error
 		for {
 			mac, err = neighbourMAC(nb, "eth0", ip)
 			if err != nil {

@@ -16,10 +16,10 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
@@ -63,11 +63,7 @@ func egressConf() map[string]any {
 // advertisement is to install it).
 func uplink(t *testing.T, n *node, defaultRoute6 bool) ns.NetNS {
 	t.Helper()
-	peer, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseNS(peer) })
+	peer := testns.New(t)
 	n.do(func() error {
 		for _, c := range [][]string{
 			{"link", "add", "uplink0", "type", "veth", "peer", "name", "lb0", "netns", filepath.Base(peer.Path())},
@@ -93,7 +89,7 @@ func uplink(t *testing.T, n *node, defaultRoute6 bool) ns.NetNS {
 		}
 		return nil
 	})
-	err = peer.Do(func(ns.NetNS) error {
+	err := peer.Do(func(ns.NetNS) error {
 		for _, c := range [][]string{
 			{"link", "set", "lo", "up"},
 			{"link", "set", "lb0", "up"},

@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/podwire/podwire/internal/testns"
 	"golang.org/x/sys/unix"
-
-	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // graceStats time one nftables batch on a fresh netlink socket, as a
@@ -37,11 +36,11 @@ func threadCPU() time.Duration {
 // that every DEL of podwire (and portmap, and any nftables CNI plugin)
 // pays in wall time.
 func (b *bench) grace() error {
-	g, err := cnitest.NewNS()
+	g, err := testns.Make()
 	if err != nil {
 		return err
 	}
-	defer cnitest.ReleaseNS(g)
+	defer testns.Release(g)
 	conn, err := nftables.New(nftables.WithNetNSFd(int(g.Fd())))
 	if err != nil {
 		return err

@@ -28,9 +28,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
-
-	"github.com/podwire/podwire/integration/cnitest"
 )
 
 func init() {
@@ -256,11 +255,11 @@ func (b *bench) run() error {
 // probeVLANFiltering reports whether a bridge with VLAN filtering can be
 // made (in a throwaway netns).
 func probeVLANFiltering() (bool, string) {
-	t, err := cnitest.NewNS()
+	t, err := testns.Make()
 	if err != nil {
 		return false, err.Error()
 	}
-	defer cnitest.ReleaseNS(t)
+	defer testns.Release(t)
 	err = t.Do(func(ns.NetNS) error {
 		on := true
 		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "probe0"}, VlanFiltering: &on}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // Addresses of the simulated node's uplink: "eth0" holding the
@@ -42,7 +43,7 @@ type node struct {
 
 // newNode makes a node netns named name.
 func (b *bench) newNode(name string) (*node, error) {
-	nodeNS, err := cnitest.NewNS()
+	nodeNS, err := testns.Make()
 	if err != nil {
 		return nil, fmt.Errorf("failed to create node netns: %w", err)
 	}
@@ -98,7 +99,7 @@ func (n *node) close() {
 		p.closeNS()
 	}
 	n.pods = nil
-	cnitest.ReleaseNS(n.ns)
+	testns.Release(n.ns)
 	n.ns = nil
 }
 
@@ -111,7 +112,7 @@ type pod struct {
 }
 
 func (p *pod) closeNS() {
-	cnitest.ReleaseNS(p.ns)
+	testns.Release(p.ns)
 	p.ns = nil
 }
 

@@ -155,7 +155,7 @@ func (r *report) markdown(b *bench) string {
 	p("(%d pods per arm). Differences of a millisecond or two are within the noise.\n\n", b.opt.rounds)
 
 	p("## Method\n\n")
-	p("- Every node is a network namespace of its own (`cnitest.NewNS`), with forwarding on, a veth uplink\n")
+	p("- Every node is a network namespace of its own (`testns.Make`), with forwarding on, a veth uplink\n")
 	p("  `eth0` holding the IPv4 and IPv6 default routes and the egress IPs; nothing runs in the host netns.\n")
 	p("- ADD and DEL are timed around libcni's `AddNetworkList` / `DelNetworkList` (cniVersion 1.1.0), as a\n")
 	p("  runtime calls them, called inside the node netns; each pod is ADDed then DELed at once.\n")

@@ -11,7 +11,7 @@ import (
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
-	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
@@ -84,11 +84,11 @@ func (c *countingConn) Flush() error {
 // tmpfs); then, for DEL, a fresh socket, the elements deleted and the
 // record removed. Wall time and the process's CPU time, p50.
 func (b *bench) requests() error {
-	g, err := cnitest.NewNS()
+	g, err := testns.Make()
 	if err != nil {
 		return err
 	}
-	defer cnitest.ReleaseNS(g)
+	defer testns.Release(g)
 	dir, err := os.MkdirTemp(b.stateRoot, "requests-")
 	if err != nil {
 		return err

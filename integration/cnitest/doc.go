@@ -1,12 +1,13 @@
 // Package cnitest is the one harness of podwire's root test suites: the
 // integration suite (integration/), the VM suite (integration/vm), the CRI
 // suite (integration/cri) and the benchmark (integration/bench) all make
-// their network namespaces, chains and runtime configs here.
+// their chains and runtime configs here (and their network namespaces with
+// internal/testns, the one helper for that in the whole tree).
 //
 // Two layers:
 //   - error-returning building blocks that need no *testing.T, for the
-//     benchmark: NewNS and ReleaseNS, Chain (ptp + host-local, then chained
-//     entries, as a conflist), PodArgs (what a CRI runtime sends), Client
+//     benchmark: NewPodNS (testns.Make with IPv6 DAD off), Chain (ptp +
+//     host-local, then chained entries, as a conflist), PodArgs (what a CRI runtime sends), Client
 //     (libcni verbs run inside a node netns) and Attach (ADD, and DEL after a
 //     failed ADD as a runtime does);
 //   - Node and Pod for tests, on top of them: a node netns per test, a pod

@@ -2,45 +2,12 @@ package cnitest
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
-
-// NewNS makes a network namespace (testutils.NewNS) with lo up. The caller
-// releases it with ReleaseNS.
-func NewNS() (ns.NetNS, error) {
-	n, err := testutils.NewNS()
-	if err != nil {
-		return nil, fmt.Errorf("failed to create netns: %w", err)
-	}
-	if err := n.Do(func(ns.NetNS) error { return LinkUp("lo") }); err != nil {
-		ReleaseNS(n)
-		return nil, fmt.Errorf("failed to bring up lo in %s: %w", n.Path(), err)
-	}
-	return n, nil
-}
-
-// ReleaseNS closes a netns made by NewNS (or testutils.NewNS) and removes
-// its bind mount. Under parallel ADDs a plain unmount can fail with EBUSY
-// while another goroutine's new netns mount propagates through the shared
-// /var/run/netns; a lazy unmount (MNT_DETACH) then still removes it, so
-// nothing leaves a netns behind. A nil n is ignored.
-func ReleaseNS(n ns.NetNS) {
-	if n == nil {
-		return
-	}
-	n.Close()
-	if err := testutils.UnmountNS(n); err != nil {
-		_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
-		_ = os.Remove(n.Path())
-	}
-}
 
 // LinkUp sets the link name up in the calling thread's netns.
 func LinkUp(name string) error {

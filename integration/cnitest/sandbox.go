@@ -7,6 +7,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // Sandbox is one pod sandbox: its netns and its attachment through a
@@ -22,12 +23,12 @@ type Sandbox struct {
 // NewPodNS makes a pod netns with lo up and IPv6 DAD off (so that ptp does
 // not wait for addresses to settle). The caller releases it.
 func NewPodNS() (ns.NetNS, error) {
-	podNS, err := NewNS()
+	podNS, err := testns.Make()
 	if err != nil {
 		return nil, fmt.Errorf("pod: %w", err)
 	}
 	if err := Sysctls(podNS, NoDAD); err != nil {
-		ReleaseNS(podNS)
+		testns.Release(podNS)
 		return nil, err
 	}
 	return podNS, nil
@@ -45,7 +46,7 @@ func (c *Client) AddSandbox(list *libcni.NetworkConfigList, args PodArgs) (*Sand
 	}
 	s := &Sandbox{NS: podNS, RT: args.RuntimeConf(podNS.Path())}
 	if s.Result, s.Version, err = c.Attach(list, s.RT); err != nil {
-		ReleaseNS(podNS)
+		testns.Release(podNS)
 		return nil, err
 	}
 	return s, nil

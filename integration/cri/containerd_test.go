@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // node is a private containerd (Debian's 1.6 with runc) running in a fresh
@@ -88,7 +88,7 @@ func startNode(t *testing.T) *node {
 		}
 	}
 	// lo is up: the streaming server listens on the node's loopback.
-	if n.netns, err = cnitest.NewNS(); err != nil {
+	if n.netns, err = testns.Make(); err != nil {
 		t.Fatalf("failed to create the node's netns: %v", err)
 	}
 	cfg := cluster.ContainerdConfig(dir, runc, pauseImage)
@@ -213,7 +213,7 @@ func (n *node) stop(t *testing.T) {
 	if n.log != nil {
 		n.log.Close()
 	}
-	cnitest.ReleaseNS(n.netns)
+	testns.Release(n.netns)
 	if t.Failed() {
 		t.Logf("containerd log:\n%s", n.logTail())
 		if os.Getenv("PODWIRE_E2E_KEEP") != "" {

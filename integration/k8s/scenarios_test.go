@@ -18,9 +18,9 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
-	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 const (
@@ -140,13 +140,13 @@ spec:
 // default route is the pod. It is removed when the test ends.
 func clientBehind(t *testing.T, p *pod, podAddr, clientAddr string) string {
 	t.Helper()
-	cns, err := cnitest.NewNS()
+	cns, err := testns.Make()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The holder's mount namespace may still pin the bind mount: ReleaseNS
 	// detaches it lazily then, so no netns is left behind.
-	t.Cleanup(func() { cnitest.ReleaseNS(cns) })
+	t.Cleanup(func() { testns.Release(cns) })
 	if err := ns.WithNetNSPath(p.netns, func(ns.NetNS) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "client0"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(cns.Fd()))}
 		if err := netlink.LinkAdd(veth); err != nil {

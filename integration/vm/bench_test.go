@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // BenchmarkVLANAttachment times ADD and DEL of a VLAN attachment (ptp +
@@ -45,7 +46,7 @@ func BenchmarkVLANAttachment(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer cnitest.ReleaseNS(podNS)
+		defer testns.Release(podNS)
 		rt := cnitest.PodArgs{Annotations: a.ann(i)}.RuntimeConf(podNS.Path())
 		c := n.client()
 		t0 := time.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // The VM suite's CNI client: integration/cnitest (the harness the
@@ -122,7 +123,7 @@ func (n *node) addPodVersion(version string, annotations map[string]string) (*po
 	p := &pod{n: n, ns: sb.NS, list: list, rt: sb.RT, result: sb.Result}
 	n.t.Cleanup(func() {
 		_ = p.del()
-		cnitest.ReleaseNS(p.ns)
+		testns.Release(p.ns)
 	})
 	return p, nil
 }

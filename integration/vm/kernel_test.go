@@ -9,10 +9,9 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // inVM reports whether the suite runs inside scripts/vm-test.sh, where every
@@ -62,12 +61,12 @@ var (
 
 func (c *capability) check() error {
 	c.once.Do(func() {
-		n, err := cnitest.NewNS()
+		n, err := testns.Make()
 		if err != nil {
 			c.err = fmt.Errorf("failed to create a probe netns: %w", err)
 			return
 		}
-		defer cnitest.ReleaseNS(n)
+		defer testns.Release(n)
 		c.err = n.Do(func(ns.NetNS) error { return c.probe() })
 	})
 	return c.err

@@ -15,17 +15,18 @@ import (
 	"golang.org/x/net/ipv6"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // newNS makes a network namespace with lo up that is released (with the
 // lazy-unmount fallback) when t ends. Test goroutine only.
 func newNS(t testing.TB) ns.NetNS {
 	t.Helper()
-	n, err := cnitest.NewNS()
+	n, err := testns.Make()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cnitest.ReleaseNS(n) })
+	t.Cleanup(func() { testns.Release(n) })
 	return n
 }
 

@@ -9,10 +9,10 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -21,22 +21,7 @@ import (
 // links it makes vanish with it.
 func inNodeNS(t *testing.T, f func()) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
-	nodeNS, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		nodeNS.Close()
-		if err := testutils.UnmountNS(nodeNS); err != nil {
-			t.Errorf("failed to remove the node netns: %v", err)
-		}
-		if _, err := os.Stat(nodeNS.Path()); !os.IsNotExist(err) {
-			t.Errorf("node netns %s left behind: %v", nodeNS.Path(), err)
-		}
-	}()
+	nodeNS := testns.New(t)
 	if err := nodeNS.Do(func(ns.NetNS) error { f(); return nil }); err != nil {
 		t.Fatal(err)
 	}

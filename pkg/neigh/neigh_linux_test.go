@@ -10,17 +10,13 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 )
 
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+	n := testns.New(t)
 	return n
 }
 

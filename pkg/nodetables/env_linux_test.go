@@ -9,7 +9,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 )
 
@@ -21,12 +21,8 @@ func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a network namespace")
 	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { netns.Close(); _ = testutils.UnmountNS(netns) }()
-	err = netns.Do(func(ns.NetNS) error {
+	netns := testns.New(t)
+	err := netns.Do(func(ns.NetNS) error {
 		for _, name := range []string{"up0", "up1"} {
 			la := netlink.NewLinkAttrs()
 			la.Name = name

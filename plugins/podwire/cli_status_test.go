@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 
+	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -21,14 +21,7 @@ func TestCLIStatus(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
 	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		node.Close()
-		testutils.UnmountNS(node)
-	}()
+	node := testns.New(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	rec := &state.Record{ContainerID: "0123456789abcdef", IfName: "eth0", PodNamespace: "nf-a", PodName: "router",
@@ -45,7 +38,7 @@ func TestCLIStatus(t *testing.T) {
 
 	var code int
 	var out, errOut string
-	err = node.Do(func(ns.NetNS) error {
+	err := node.Do(func(ns.NetNS) error {
 		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/rp_filter", []byte("1"), 0o644); err != nil {
 			return err
 		}
@@ -116,14 +109,7 @@ func TestCLIStatusUnchecked(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates a network namespace")
 	}
-	node, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		node.Close()
-		testutils.UnmountNS(node)
-	}()
+	node := testns.New(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	store := state.New(stateDir)

@@ -17,12 +17,12 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // inNetNS runs fn on a thread in the network namespace at path.
@@ -37,13 +37,13 @@ func inNetNS(path string, fn func() error) error {
 // only podwire's source check decides which forged packets pass; the node
 // forwards.
 func (c *Cluster) makeNetwork() error {
-	node, err := testutils.NewNS()
+	node, err := testns.Make()
 	if err != nil {
 		return fmt.Errorf("failed to create the node netns: %w", err)
 	}
 	c.NodeNetNS = node.Path()
 	node.Close()
-	out, err := testutils.NewNS()
+	out, err := testns.Make()
 	if err != nil {
 		return fmt.Errorf("failed to create the outside netns: %w", err)
 	}

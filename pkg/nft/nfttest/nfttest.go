@@ -3,28 +3,19 @@
 package nfttest
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/google/nftables"
+	"github.com/podwire/podwire/internal/testns"
 )
 
 // NS makes a netns for t, removed when t ends. Without root, t is skipped:
 // make test-integration runs these tests as root.
 func NS(t testing.TB) ns.NetNS {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace (make test-integration runs it)")
-	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Close(); _ = testutils.UnmountNS(netns) })
-	return netns
+	return testns.New(t)
 }
 
 // Throwaway makes a netns for t (NS) and returns its name (for `ip netns
