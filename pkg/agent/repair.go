@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/podwire/podwire/pkg/cliapi"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -28,10 +29,7 @@ func repairTables(ctx context.Context, plugin, conflist string) (repaired bool, 
 	if err != nil {
 		return false, nil, fmt.Errorf("%s repair: %v: %s", plugin, err, strings.TrimSpace(stderr.String()))
 	}
-	var res struct {
-		Repaired bool     `json:"repaired"`
-		Tables   []string `json:"tables"`
-	}
+	var res cliapi.RepairResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		return false, nil, fmt.Errorf("%s repair: bad output %q: %w", plugin, out, err)
 	}

@@ -5,23 +5,13 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/podwire/podwire/pkg/cliapi"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
 
 func init() {
 	cliCommands["repair"] = cliCommand{"verify podwire's node tables and rebuild what drifted (the node agent runs it)", cliRepair}
-}
-
-// repairResult is what `podwire repair --json` prints.
-type repairResult struct {
-	Conflist string   `json:"conflist,omitempty"`
-	Repaired bool     `json:"repaired"`
-	Tables   []string `json:"tables"`
-	// Drift names what differed before the repair; MissingElements counts
-	// the records' set elements that were re-added.
-	Drift           []string `json:"drift,omitempty"`
-	MissingElements int      `json:"missingElements,omitempty"`
 }
 
 // cliRepair implements
@@ -52,7 +42,7 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "podwire repair: %s: %v\n", from, err)
 		return 1
 	}
-	res := repairResult{Conflist: from, Tables: []string{}}
+	res := cliapi.RepairResult{Conflist: from, Tables: []string{}}
 	p := linuxPlugin()
 	env := p.links.tablesEnv(conf)
 	want := ruleset.Tables(conf, env)

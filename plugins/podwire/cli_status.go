@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/cliapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
@@ -30,60 +31,8 @@ func init() {
 	cliCommands["status"] = cliCommand{"show node tables, bridge and uplink, wired pods and warnings", cliStatus}
 }
 
-// nodeStatus is what `podwire status` reports, in the current netns (the
-// node's), from the podwire entry of the node's conflist.
-type nodeStatus struct {
-	Conflist    string             `json:"conflist,omitempty"`
-	StateDir    string             `json:"stateDir"`
-	Tables      []tableStatus      `json:"tables"`
-	Bridge      linkStatus         `json:"bridge"`
-	Uplink      *linkStatus        `json:"uplink,omitempty"`
-	Attachments []attachmentStatus `json:"attachments"`
-	Warnings    []string           `json:"warnings"`
-	// Agent is the node agent's own state, asked over agentSocket; nil
-	// when no agent answered (a node without the DaemonSet).
-	Agent *agentapi.Status `json:"agent,omitempty"`
-}
-
-// tableStatus is one podwire nftables table: wanted by the config and/or
-// present on the node; current when present with the config's hash.
-type tableStatus struct {
-	Name    string `json:"name"`
-	Hash    string `json:"hash,omitempty"`
-	Wanted  bool   `json:"wanted"`
-	Present bool   `json:"present"`
-	Current bool   `json:"current"`
-}
-
-// linkStatus is the node bridge or the uplink.
-type linkStatus struct {
-	Name          string `json:"name"`
-	Present       bool   `json:"present"`
-	Up            bool   `json:"up,omitempty"`
-	Ours          bool   `json:"ours,omitempty"`
-	VLANFiltering bool   `json:"vlanFiltering,omitempty"`
-	Ports         int    `json:"ports,omitempty"`
-	Master        string `json:"master,omitempty"`
-}
-
-// attachmentStatus is one wired pod, from its record.
-type attachmentStatus struct {
-	Pod                   string         `json:"pod"`
-	ContainerID           string         `json:"containerID"`
-	IfName                string         `json:"ifName"`
-	HostIfName            string         `json:"hostIfName,omitempty"`
-	HostBridge            string         `json:"hostBridge,omitempty"`
-	Unchecked             string         `json:"unchecked,omitempty"`
-	Addresses             []netip.Addr   `json:"addresses,omitempty"`
-	Complete              bool           `json:"complete"`
-	AnnotationSource      string         `json:"annotationSource,omitempty"`
-	SourceCheck           bool           `json:"sourceCheck"`
-	Forwarding            bool           `json:"forwarding"`
-	AllowedSourcePrefixes []netip.Prefix `json:"allowedSourcePrefixes,omitempty"`
-	Routes                []netip.Prefix `json:"routes,omitempty"`
-	Egress                bool           `json:"egress"`
-	VLAN                  string         `json:"vlan,omitempty"`
-}
+// nodeStatus is cliapi.NodeStatus with the methods that read and print it.
+type nodeStatus struct{ cliapi.NodeStatus }
 
 // cliStatus implements
 //
@@ -173,7 +122,7 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", from, err)
 	}
-	st := &nodeStatus{Conflist: from, StateDir: conf.StateDir, Attachments: []attachmentStatus{}, Warnings: []string{}}
+	st := &nodeStatus{cliapi.NodeStatus{Conflist: from, StateDir: conf.StateDir, Attachments: []cliapi.Attachment{}, Warnings: []string{}}}
 	if warn != "" {
 		st.Warnings = append(st.Warnings, warn)
 	}
@@ -222,7 +171,7 @@ func (st *nodeStatus) readTables(p *plugin, conf *config.NetConf, env nodetables
 		return fmt.Errorf("nftables unusable: %w", err)
 	}
 	for _, s := range states {
-		ts := tableStatus{Name: s.ID.String(), Hash: s.Hash, Wanted: s.Wanted, Present: s.Present, Current: s.Current()}
+		ts := cliapi.Table{Name: s.ID.String(), Hash: s.Hash, Wanted: s.Wanted, Present: s.Present, Current: s.Current()}
 		st.Tables = append(st.Tables, ts)
 		switch {
 		case !s.Wanted:
@@ -233,17 +182,17 @@ func (st *nodeStatus) readTables(p *plugin, conf *config.NetConf, env nodetables
 			st.Warnings = append(st.Warnings, fmt.Sprintf("nftables table %s is stale (%s): the next ADD rebuilds it", s.ID, strings.Join(s.Drift, "; ")))
 		}
 	}
-	slices.SortFunc(st.Tables, func(a, b tableStatus) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(st.Tables, func(a, b cliapi.Table) int { return strings.Compare(a.Name, b.Name) })
 	return nil
 }
 
 // readLinks reads the node bridge and the uplink.
 func (st *nodeStatus) readLinks(conf *config.NetConf) {
-	st.Bridge = linkStatus{Name: conf.Bridge}
+	st.Bridge = cliapi.Link{Name: conf.Bridge}
 	links, _ := netlinksafe.LinkList()
 	if br, err := netlinksafe.LinkByName(conf.Bridge); err == nil {
 		st.Bridge.Present = true
-		st.Bridge.Up = br.Attrs().Flags&1 != 0
+		st.Bridge.Up = br.Attrs().Flags&net.FlagUp != 0
 		st.Bridge.Ours = br.Attrs().Alias == vlanbridge.Alias
 		if b, ok := br.(*netlink.Bridge); ok && b.VlanFiltering != nil {
 			st.Bridge.VLANFiltering = *b.VlanFiltering
@@ -257,13 +206,13 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 	if conf.Uplink == "" {
 		return
 	}
-	st.Uplink = &linkStatus{Name: conf.Uplink}
+	st.Uplink = &cliapi.Link{Name: conf.Uplink}
 	up, err := netlinksafe.LinkByName(conf.Uplink)
 	if err != nil {
 		return // a warning of readHealth
 	}
 	st.Uplink.Present = true
-	st.Uplink.Up = up.Attrs().Flags&1 != 0
+	st.Uplink.Up = up.Attrs().Flags&net.FlagUp != 0
 	if m := up.Attrs().MasterIndex; m > 0 {
 		if ml, err := netlink.LinkByIndex(m); err == nil {
 			st.Uplink.Master = ml.Attrs().Name
@@ -271,8 +220,8 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 	}
 }
 
-func attachmentFromRecord(r *state.Record) attachmentStatus {
-	a := attachmentStatus{
+func attachmentFromRecord(r *state.Record) cliapi.Attachment {
+	a := cliapi.Attachment{
 		Pod: r.PodRef(), ContainerID: r.ContainerID, IfName: r.IfName,
 		HostIfName: r.HostIfName, HostBridge: r.HostBridge, Unchecked: r.Unchecked, Addresses: r.Addresses, Complete: r.Complete,
 		AnnotationSource: r.AnnotationSource, SourceCheck: r.SourceCheck, Forwarding: r.Forwarding,
@@ -380,7 +329,7 @@ func (st *nodeStatus) print(w io.Writer) {
 	}
 }
 
-func describeLink(l linkStatus) string {
+func describeLink(l cliapi.Link) string {
 	if !l.Present {
 		return "absent"
 	}

@@ -1,0 +1,93 @@
+// Package cliapi is the JSON the operator CLI prints: `podwire status
+// --json` (NodeStatus) and `podwire repair --json` (RepairResult). The
+// plugin writes it; the node agent (which runs `podwire repair`) and the
+// test suites (which run `podwire status`) read it with these same types,
+// so that a field renamed on one side fails to compile on the other. It
+// links no Kubernetes module: the plugin imports it.
+package cliapi
+
+import (
+	"net/netip"
+
+	"github.com/podwire/podwire/pkg/agentapi"
+)
+
+// NodeStatus is what `podwire status` reports, in the node's netns, from the
+// podwire entry of the node's conflist.
+type NodeStatus struct {
+	Conflist    string       `json:"conflist,omitempty"`
+	StateDir    string       `json:"stateDir"`
+	Tables      []Table      `json:"tables"`
+	Bridge      Link         `json:"bridge"`
+	Uplink      *Link        `json:"uplink,omitempty"`
+	Attachments []Attachment `json:"attachments"`
+	Warnings    []string     `json:"warnings"`
+	// Agent is the node agent's own state, asked over agentSocket; nil
+	// when no agent answered (a node without the DaemonSet).
+	Agent *agentapi.Status `json:"agent,omitempty"`
+}
+
+// NotCurrent names the tables that are wanted or present but not current.
+func (s *NodeStatus) NotCurrent() []string {
+	var names []string
+	for _, t := range s.Tables {
+		if !t.Current {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// Table is one podwire nftables table ("inet podwire"): wanted by the
+// config and/or present on the node; current when present with the
+// config's hash (the name of its config-<hash> chain).
+type Table struct {
+	Name    string `json:"name"`
+	Hash    string `json:"hash,omitempty"`
+	Wanted  bool   `json:"wanted"`
+	Present bool   `json:"present"`
+	Current bool   `json:"current"`
+}
+
+// Link is the node bridge or the uplink.
+type Link struct {
+	Name          string `json:"name"`
+	Present       bool   `json:"present"`
+	Up            bool   `json:"up,omitempty"`
+	Ours          bool   `json:"ours,omitempty"`
+	VLANFiltering bool   `json:"vlanFiltering,omitempty"`
+	Ports         int    `json:"ports,omitempty"`
+	Master        string `json:"master,omitempty"`
+}
+
+// Attachment is one wired pod, from its record.
+type Attachment struct {
+	Pod         string `json:"pod"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+	HostIfName  string `json:"hostIfName,omitempty"`
+	// HostBridge is the Linux bridge of a bridged pod (checked in "bridge
+	// podwire"); Unchecked says why the pod's sources cannot be checked.
+	HostBridge            string         `json:"hostBridge,omitempty"`
+	Unchecked             string         `json:"unchecked,omitempty"`
+	Addresses             []netip.Addr   `json:"addresses,omitempty"`
+	Complete              bool           `json:"complete"`
+	AnnotationSource      string         `json:"annotationSource,omitempty"`
+	SourceCheck           bool           `json:"sourceCheck"`
+	Forwarding            bool           `json:"forwarding"`
+	AllowedSourcePrefixes []netip.Prefix `json:"allowedSourcePrefixes,omitempty"`
+	Routes                []netip.Prefix `json:"routes,omitempty"`
+	Egress                bool           `json:"egress"`
+	VLAN                  string         `json:"vlan,omitempty"`
+}
+
+// RepairResult is what `podwire repair --json` prints.
+type RepairResult struct {
+	Conflist string   `json:"conflist,omitempty"`
+	Repaired bool     `json:"repaired"`
+	Tables   []string `json:"tables"`
+	// Drift names what differed before the repair; MissingElements counts
+	// the records' set elements that were re-added.
+	Drift           []string `json:"drift,omitempty"`
+	MissingElements int      `json:"missingElements,omitempty"`
+}
