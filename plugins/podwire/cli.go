@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/podwire/podwire/pkg/agentapi"
@@ -13,13 +12,17 @@ import (
 
 // cliCommand is one subcommand of the operator CLI.
 type cliCommand struct {
-	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) int
 }
 
-// cliCommands are the subcommands; other files register theirs in init().
-var cliCommands = map[string]cliCommand{
-	"version": {"print podwire's version and supported CNI spec versions", cliVersion},
+// cliCommands are the subcommands, in the order usage lists them.
+var cliCommands = []cliCommand{
+	{"install", "copy the binary into the CNI bin dir and chain podwire in a conflist", cliInstall},
+	{"repair", "verify podwire's node tables and rebuild what drifted (the node agent runs it)", cliRepair},
+	{"status", "show node tables, bridge and uplink, wired pods and warnings", cliStatus},
+	{"uninstall", "take podwire out of a conflist, the bin dir and the node (tables, bridge, state)", cliUninstall},
+	{"version", "print podwire's version and supported CNI spec versions", cliVersion},
 }
 
 func runCLI(args []string, stdout, stderr io.Writer) int {
@@ -27,26 +30,22 @@ func runCLI(args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return 0
 	}
-	cmd, ok := cliCommands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "podwire: unknown command %q\n", args[0])
-		usage(stderr)
-		return 2
+	for _, c := range cliCommands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
 	}
-	return cmd.run(args[1:], stdout, stderr)
+	fmt.Fprintf(stderr, "podwire: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "podwire %s: a chained CNI plugin for network-function pods.\n\n", buildinfo.Version)
 	fmt.Fprintln(w, "Run by a container runtime with CNI_COMMAND set, it is a CNI plugin.")
 	fmt.Fprintln(w, "Run by a person:")
-	names := make([]string, 0, len(cliCommands))
-	for n := range cliCommands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  podwire %-10s %s\n", n, cliCommands[n].summary)
+	for _, c := range cliCommands {
+		fmt.Fprintf(w, "  podwire %-10s %s\n", c.name, c.summary)
 	}
 }
 

@@ -12,11 +12,6 @@ import (
 	"github.com/podwire/podwire/pkg/install"
 )
 
-func init() {
-	cliCommands["install"] = cliCommand{"copy the binary into the CNI bin dir and chain podwire in a conflist", cliInstall}
-	cliCommands["uninstall"] = cliCommand{"take podwire out of a conflist, the bin dir and the node (tables, bridge, state)", cliUninstall}
-}
-
 // cliInstall implements
 //
 //	podwire install --bin-dir DIR --conflist FILE [--config JSON|@FILE] [--convert] [--json]

@@ -10,10 +10,6 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-func init() {
-	cliCommands["repair"] = cliCommand{"verify podwire's node tables and rebuild what drifted (the node agent runs it)", cliRepair}
-}
-
 // cliRepair implements
 //
 //	podwire repair [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE]

@@ -27,10 +27,6 @@ import (
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-func init() {
-	cliCommands["status"] = cliCommand{"show node tables, bridge and uplink, wired pods and warnings", cliStatus}
-}
-
 // nodeStatus is cliapi.NodeStatus with the methods that read and print it.
 type nodeStatus struct{ cliapi.NodeStatus }
 

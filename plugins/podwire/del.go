@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/containernetworking/cni/pkg/skel"
 )
 
@@ -37,12 +35,4 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	}
 	s.log.Info("DEL done")
 	return nil
-}
-
-// joinErrors is errors.Join that returns a plain nil for no errors.
-func joinErrors(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return errors.Join(errs...)
 }

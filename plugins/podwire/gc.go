@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -56,7 +57,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 	}
 	s.log.Info("GC done", "removed", removed, "errors", len(errs))
 	if len(errs) > 0 {
-		return types.NewError(types.ErrInternal, "GC incomplete", joinErrors(errs).Error())
+		return types.NewError(types.ErrInternal, "GC incomplete", errors.Join(errs...).Error())
 	}
 	return nil
 }

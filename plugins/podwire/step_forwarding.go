@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -80,7 +81,7 @@ func (forwardingStep) del(x *invocation) error {
 			}
 		}
 	}
-	return joinErrors(errs)
+	return errors.Join(errs...)
 }
 
 func (forwardingStep) check(x *invocation) error {

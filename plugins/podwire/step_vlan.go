@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -161,7 +162,7 @@ func (vlanStep) del(x *invocation) error {
 			errs = append(errs, err)
 		}
 	}
-	return joinErrors(errs)
+	return errors.Join(errs...)
 }
 
 // unusedUplinkVLANs are the VLANs of v that no other attachment's record
