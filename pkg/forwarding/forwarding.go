@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // Sysctl keys are paths relative to /proc/sys ("net/ipv4/conf/eth0/rp_filter"):
@@ -33,14 +35,9 @@ func RPFilterKey(ifName string) string {
 }
 
 // Route is one node route to a pod: Dst via the pod's address Via (same
-// family) on the pod's host-side interface Dev.
-type Route struct {
-	Dst netip.Prefix
-	Via netip.Addr
-	Dev string
-}
-
-func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s", r.Dst, r.Via, r.Dev) }
+// family) on the pod's host-side interface Dev. It is the record's type
+// (state.Route): what ADD records is what it programs and DEL removes.
+type Route = state.Route
 
 // PlanRoutes pairs each prefix with the pod address of its family. It fails,
 // naming the prefix, when the pod has no address of that family.

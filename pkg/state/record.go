@@ -11,6 +11,7 @@
 package state
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 )
@@ -70,12 +71,15 @@ type Record struct {
 	VLAN *VLANAttachment `json:"vlan,omitempty"`
 }
 
-// Route is one node route to a pod.
+// Route is one node route to a pod (podwire.io/routes): Dst via the pod's
+// address Via (same family) on the pod's host-side interface Dev.
 type Route struct {
 	Dst netip.Prefix `json:"dst"`
 	Via netip.Addr   `json:"via"`
 	Dev string       `json:"dev,omitempty"`
 }
+
+func (r Route) String() string { return fmt.Sprintf("%s via %s dev %s", r.Dst, r.Via, r.Dev) }
 
 // VLANAttachment is a pod's port on the node bridge.
 type VLANAttachment struct {

@@ -41,9 +41,7 @@ func (forwardingStep) plan(in *planInput, rec *state.Record) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: %v", podmeta.AnnotationRoutes, err), "")
 	}
-	for _, r := range routes {
-		rec.Routes = append(rec.Routes, state.Route{Dst: r.Dst, Via: r.Via, Dev: r.Dev})
-	}
+	rec.Routes = routes
 	return nil
 }
 
@@ -61,7 +59,7 @@ func (forwardingStep) add(x *invocation) error {
 			return err
 		}
 	}
-	return x.links.addRoutes(recordRoutes(x.rec))
+	return x.links.addRoutes(x.rec.Routes)
 }
 
 // del removes the routes and restores the host-side rp_filter. A route, an
@@ -70,7 +68,7 @@ func (forwardingStep) add(x *invocation) error {
 // it.
 func (forwardingStep) del(x *invocation) error {
 	var errs []error
-	if err := x.links.delRoutes(recordRoutes(x.rec)); err != nil {
+	if err := x.links.delRoutes(x.rec.Routes); err != nil {
 		errs = append(errs, err)
 	}
 	if x.rec.HostIfName != "" {
@@ -85,7 +83,7 @@ func (forwardingStep) del(x *invocation) error {
 }
 
 func (forwardingStep) check(x *invocation) error {
-	if err := x.links.checkRoutes(recordRoutes(x.rec)); err != nil {
+	if err := x.links.checkRoutes(x.rec.Routes); err != nil {
 		return err
 	}
 	if !x.rec.Forwarding {
@@ -105,12 +103,4 @@ func (forwardingStep) check(x *invocation) error {
 		return x.sysctls.checkPodForwarding(x.args.Netns)
 	}
 	return nil
-}
-
-func recordRoutes(rec *state.Record) []forwarding.Route {
-	out := make([]forwarding.Route, 0, len(rec.Routes))
-	for _, r := range rec.Routes {
-		out = append(out, forwarding.Route{Dst: r.Dst, Via: r.Via, Dev: r.Dev})
-	}
-	return out
 }
