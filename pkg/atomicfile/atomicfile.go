@@ -1,7 +1,7 @@
 // Package atomicfile writes a file so that readers see the old content or
 // the new, never a part: the CNI conflist, the installed binary and the
 // node caches go through WriteFile, podwire's attachment records through
-// WriteFileOneWriter (the same, with a temporary file of a fixed name).
+// WriteFileFixedTemp (the same, with a temporary file of a fixed name).
 package atomicfile
 
 import (
@@ -24,25 +24,27 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 	})
 }
 
-// WriteFileOneWriter is WriteFile for a path that one writer at a time
+// WriteFileFixedTemp is WriteFile for a path that one writer at a time
 // writes, such as an attachment's record (a runtime never runs two
 // operations on one attachment at once). Its temporary file has the fixed
 // name TempName(path), so removing what a killed writer left is one unlink
 // (RemoveTemp) instead of a listing of the whole directory, which DEL would
 // otherwise pay per record on the node.
-func WriteFileOneWriter(path string, data []byte, perm os.FileMode) error {
+func WriteFileFixedTemp(path string, data []byte, perm os.FileMode) error {
 	return write(path, data, perm, func(string) (*os.File, error) {
-		return os.OpenFile(TempName(path), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		// O_NOFOLLOW: a symlink planted at the fixed name is refused
+		// (ELOOP), never followed to overwrite its target.
+		return os.OpenFile(TempName(path), os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	})
 }
 
-// TempName is the temporary file of WriteFileOneWriter for path:
+// TempName is the temporary file of WriteFileFixedTemp for path:
 // "."+name+".tmp" in the same directory.
 func TempName(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 }
 
-// RemoveTemp removes the temporary file a WriteFileOneWriter of path killed
+// RemoveTemp removes the temporary file a WriteFileFixedTemp of path killed
 // midway left; none is not an error.
 func RemoveTemp(path string) error {
 	if err := os.Remove(TempName(path)); err != nil && !os.IsNotExist(err) {

@@ -27,48 +27,48 @@ func Dial(opts ...nftables.ConnOption) (Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &lasting{c}, nil
+	return &persistentConn{c}, nil
 }
 
-// lasting is a *nftables.Conn over one socket until its first error.
-type lasting struct{ *nftables.Conn }
+// persistentConn is a *nftables.Conn over one socket until its first error.
+type persistentConn struct{ *nftables.Conn }
 
 // check drops the socket after err, unless err is ENOENT or nil.
-func (c *lasting) check(err error) error {
+func (c *persistentConn) check(err error) error {
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		_ = c.CloseLasting()
 	}
 	return err
 }
 
-func (c *lasting) Flush() error { return c.check(c.Conn.Flush()) }
+func (c *persistentConn) Flush() error { return c.check(c.Conn.Flush()) }
 
-func (c *lasting) ListTableOfFamily(name string, family nftables.TableFamily) (*nftables.Table, error) {
+func (c *persistentConn) ListTableOfFamily(name string, family nftables.TableFamily) (*nftables.Table, error) {
 	t, err := c.Conn.ListTableOfFamily(name, family)
 	return t, c.check(err)
 }
 
-func (c *lasting) ListChain(t *nftables.Table, name string) (*nftables.Chain, error) {
+func (c *persistentConn) ListChain(t *nftables.Table, name string) (*nftables.Chain, error) {
 	ch, err := c.Conn.ListChain(t, name)
 	return ch, c.check(err)
 }
 
-func (c *lasting) GetRules(t *nftables.Table, ch *nftables.Chain) ([]*nftables.Rule, error) {
+func (c *persistentConn) GetRules(t *nftables.Table, ch *nftables.Chain) ([]*nftables.Rule, error) {
 	r, err := c.Conn.GetRules(t, ch)
 	return r, c.check(err)
 }
 
-func (c *lasting) GetSets(t *nftables.Table) ([]*nftables.Set, error) {
+func (c *persistentConn) GetSets(t *nftables.Table) ([]*nftables.Set, error) {
 	s, err := c.Conn.GetSets(t)
 	return s, c.check(err)
 }
 
-func (c *lasting) GetSetElements(s *nftables.Set) ([]nftables.SetElement, error) {
+func (c *persistentConn) GetSetElements(s *nftables.Set) ([]nftables.SetElement, error) {
 	e, err := c.Conn.GetSetElements(s)
 	return e, c.check(err)
 }
 
-func (c *lasting) ListTables() ([]*nftables.Table, error) {
+func (c *persistentConn) ListTables() ([]*nftables.Table, error) {
 	t, err := c.Conn.ListTables()
 	return t, c.check(err)
 }

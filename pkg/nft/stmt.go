@@ -233,16 +233,16 @@ func (l lookup) exprs(b *builder) []expr.Any {
 type match struct {
 	f      Field
 	text   string
-	exprs_ func() []expr.Any
+	encode func() []expr.Any
 }
 
 func (m match) String() string { return m.f.name + " " + m.text }
 
-func (m match) exprs(b *builder) []expr.Any { return append(b.dep(m.f.proto), m.exprs_()...) }
+func (m match) exprs(b *builder) []expr.Any { return append(b.dep(m.f.proto), m.encode()...) }
 
 // Is matches f equal to a ("ip6 saddr ::").
 func Is(f Field, a netip.Addr) Stmt {
-	return match{f: f, text: a.String(), exprs_: func() []expr.Any {
+	return match{f: f, text: a.String(), encode: func() []expr.Any {
 		return []expr.Any{f.load(regFirst), &expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: a.AsSlice()}}
 	}}
 }
@@ -270,7 +270,7 @@ func prefixMatch(f Field, p netip.Prefix, op expr.CmpOp) Stmt {
 		// the value as integers.
 		text = fmt.Sprintf("& 0x%x %s0x%x", mask, neq, p.Addr().AsSlice())
 	}
-	return match{f: f, text: text, exprs_: func() []expr.Any {
+	return match{f: f, text: text, encode: func() []expr.Any {
 		return []expr.Any{
 			f.load(regFirst),
 			&expr.Bitwise{SourceRegister: regFirst, DestRegister: regFirst, Len: f.len, Mask: mask, Xor: make([]byte, f.len)},
@@ -289,7 +289,7 @@ func IsICMPv6Type(t byte) Stmt {
 	if !ok {
 		name = fmt.Sprint(t)
 	}
-	return match{f: ICMPv6Type, text: name, exprs_: func() []expr.Any {
+	return match{f: ICMPv6Type, text: name, encode: func() []expr.Any {
 		return []expr.Any{ICMPv6Type.load(regFirst), &expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: []byte{t}}}
 	}}
 }
@@ -297,7 +297,7 @@ func IsICMPv6Type(t byte) Stmt {
 // InRange matches a one-byte field between lo and hi inclusive
 // ("icmpv6 type 134-136").
 func InRange(f Field, lo, hi byte) Stmt {
-	return match{f: f, text: fmt.Sprintf("%d-%d", lo, hi), exprs_: func() []expr.Any {
+	return match{f: f, text: fmt.Sprintf("%d-%d", lo, hi), encode: func() []expr.Any {
 		return []expr.Any{
 			f.load(regFirst),
 			&expr.Cmp{Op: expr.CmpOpGte, Register: regFirst, Data: []byte{lo}},

@@ -63,7 +63,7 @@ func (s *Store) Put(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("failed to encode record %s: %w", r.Key(), err)
 	}
-	if err := atomicfile.WriteFileOneWriter(s.path(r.ContainerID, r.IfName), data, FileMode); err != nil {
+	if err := atomicfile.WriteFileFixedTemp(s.path(r.ContainerID, r.IfName), data, FileMode); err != nil {
 		return fmt.Errorf("failed to write record %s: %w", r.Key(), err)
 	}
 	return nil

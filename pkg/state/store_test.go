@@ -217,7 +217,7 @@ func TestDeleteRemovesCrashedPut(t *testing.T) {
 }
 
 // tmpLeftover is a temporary file that a Put killed before its rename leaves
-// (atomicfile.WriteFileOneWriter's naming).
+// (atomicfile.WriteFileFixedTemp's naming).
 func tmpLeftover(s *Store, containerID, ifName string) string {
 	return atomicfile.TempName(s.path(containerID, ifName))
 }
