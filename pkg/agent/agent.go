@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -198,6 +199,8 @@ func (a *Agent) Status() agentapi.Status {
 	for k, v := range a.errs {
 		st.Errors = append(st.Errors, k+": "+v)
 	}
+	// By concern, not in map order: the same state reads the same.
+	slices.Sort(st.Errors)
 	return st
 }
 
