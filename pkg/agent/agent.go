@@ -184,7 +184,9 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 		st := a.Status()
 		return &agentapi.Response{Status: &st}
 	default:
-		return &agentapi.Response{Code: 4, Error: fmt.Sprintf("unknown op %q", req.Op)}
+		// A plugin newer than this agent (an upgrade under way): CNI
+		// error 11, try again later, as for a protocol it cannot read.
+		return &agentapi.Response{Code: 11, Error: fmt.Sprintf("unknown op %q: the agent (%s) is older than the plugin", req.Op, a.cfg.Version)}
 	}
 }
 

@@ -226,6 +226,7 @@ func Serve(ctx context.Context, ln net.Listener, timeout time.Duration, log *slo
 		<-ctx.Done()
 		ln.Close()
 	}()
+	var backoff time.Duration
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -235,8 +236,19 @@ func Serve(ctx context.Context, ln net.Listener, timeout time.Duration, log *slo
 			if errors.Is(err, net.ErrClosed) {
 				return err
 			}
+			// Out of file descriptors, say: back off as net/http's
+			// Server.Serve does (5 ms doubling to 1 s), logged, instead of
+			// spinning on the error.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			log.Error("accept failed; retrying", "error", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
 			continue
 		}
+		backoff = 0
 		go func() {
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(timeout))

@@ -10,6 +10,8 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -176,4 +178,51 @@ func TestMixedBuilds(t *testing.T) {
 			t.Fatalf("err %v, want an IncompatibleError from v0.9.0", err)
 		}
 	})
+}
+
+// failingListener fails every Accept, counting them.
+type failingListener struct {
+	net.Listener
+	accepts atomic.Int64
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.accepts.Add(1)
+	return nil, errors.New("accept4: too many open files")
+}
+
+func (l *failingListener) Close() error { return nil }
+
+// TestServeBacksOffOnAcceptErrors: an Accept that keeps failing (EMFILE)
+// is retried with a growing pause and logged, not spun on: in 300 ms at
+// most a handful of tries (5, 10, 20, 40, 80, 160 ms pauses).
+func TestServeBacksOffOnAcceptErrors(t *testing.T) {
+	ln := &failingListener{}
+	var logBuf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logBuf}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := Serve(ctx, ln, time.Second, log, func(context.Context, Request) *Response { return nil }); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if n := ln.accepts.Load(); n > 10 {
+		t.Errorf("%d accepts in 300 ms: Serve spins on a failing Accept", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logBuf.String(), "too many open files") {
+		t.Errorf("the accept error was not logged:\n%s", logBuf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
