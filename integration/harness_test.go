@@ -123,6 +123,22 @@ func (n *node) conflist(version string, podwire map[string]any) *libcni.NetworkC
 	return l
 }
 
+// writeConflist writes n's chain for version (podwire without extra keys)
+// as the node's conflist file, for the CLI (`podwire status`, `repair`), and
+// returns its path.
+func (n *node) writeConflist(version string) string {
+	n.t.Helper()
+	raw, err := n.chain(version, nil).Bytes()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	path := filepath.Join(n.dir, "10-primary.conflist")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+	return path
+}
+
 // podSpec says how a pod is created.
 type podSpec struct {
 	version   string

@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -200,14 +199,7 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 	}
 	defer sink.Close()
 	a := n.mustAddPod(podSpec{version: "1.0.0", name: "a"})
-	conflist := filepath.Join(n.dir, "10-bridge.conflist")
-	raw, err := n.chain("1.0.0", nil).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(conflist, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	conflist := n.writeConflist("1.0.0")
 	repair := func() {
 		t.Helper()
 		n.do(func() error { return run(podwireBin, "repair", "--conflist", conflist) })

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -46,14 +45,7 @@ func TestUncheckedPrimaryWarns(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	conflist := filepath.Join(n.dir, "10-macvlan.conflist")
-	raw, err := n.chain("1.1.0", nil).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(conflist, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	conflist := n.writeConflist("1.1.0")
 	status := func() (warnings []string, flags string) {
 		t.Helper()
 		var out []byte

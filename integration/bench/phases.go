@@ -427,57 +427,41 @@ func (b *bench) throughput() error {
 	if len(sn) > 1 {
 		idx = append(idx, len(sn)-1)
 	}
-	for _, i := range idx {
-		n := sn[i]
-		pods := b.opt.levels[i] + 2
-		for _, checked := range []bool{false, true} {
-			kind, label := "A", "ptp pods (not checked)"
-			if checked {
-				kind, label = "E", "podwire pods (source check)"
-			}
-			a, err := newArmNamed(kind, n, 70+i, "bench-E")
-			if err != nil {
-				return err
-			}
-			_, s, err := n.keep(a, 900001)
-			if err != nil {
-				return err
-			}
-			_, r, err := n.keep(a, 900002)
-			if err != nil {
-				return err
-			}
-			arms = append(arms, &ppsArm{label: label, pods: pods, checked: checked, s: s, r: r})
-		}
+	// Per primary, on the smallest and the biggest scaling node, two pods
+	// not checked and two checked: ptp (A, E) and the bridge plugin on cni0
+	// (H, I; with as many other pods' elements in bridge podwire as the
+	// biggest node has pods).
+	pairs := []struct {
+		unchecked, checked string
+		labels             [2]string
+		subnet, seq        int
+		network            string
+	}{
+		{"A", "E", [2]string{"ptp pods (not checked)", "podwire pods (source check)"}, 70, 900001, "bench-E"},
+		{"H", "I", [2]string{"bridge pods (not checked)", "podwire pods on a bridge (checked at the bridge)"}, 80, 900003, "bench-I"},
 	}
-	// The bridging primary's pair on the same nodes: pods of the bridge
-	// plugin on cni0, unchecked (H) and checked in bridge podwire (I), with
-	// as many other pods' elements in bridge podwire as the node has pods.
-	for j, i := range idx {
-		n := sn[i]
-		pods := b.opt.levels[i] + 2
-		for _, checked := range []bool{false, true} {
-			kind, label := "H", "bridge pods (not checked)"
-			if checked {
-				kind, label = "I", "podwire pods on a bridge (checked at the bridge)"
+	for _, pr := range pairs {
+		for j, i := range idx {
+			n := sn[i]
+			for k, kind := range []string{pr.unchecked, pr.checked} {
+				a, err := newArmNamed(kind, n, pr.subnet+i, pr.network)
+				if err != nil {
+					return err
+				}
+				_, s, err := n.keep(a, pr.seq)
+				if err != nil {
+					return err
+				}
+				_, r, err := n.keep(a, pr.seq+1)
+				if err != nil {
+					return err
+				}
+				arms = append(arms, &ppsArm{label: pr.labels[k], pods: b.opt.levels[i] + 2, checked: k == 1, s: s, r: r})
 			}
-			a, err := newArmNamed(kind, n, 80+i, "bench-I")
-			if err != nil {
-				return err
-			}
-			_, s, err := n.keep(a, 900003)
-			if err != nil {
-				return err
-			}
-			_, r, err := n.keep(a, 900004)
-			if err != nil {
-				return err
-			}
-			arms = append(arms, &ppsArm{label: label, pods: pods, checked: checked, s: s, r: r})
-		}
-		if j == len(idx)-1 && b.opt.levels[i] > 0 {
-			if err := n.fakeBridgedPods(b.opt.levels[i]); err != nil {
-				return fmt.Errorf("bridged elements on %s: %w", n.name, err)
+			if pr.checked == "I" && j == len(idx)-1 && b.opt.levels[i] > 0 {
+				if err := n.fakeBridgedPods(b.opt.levels[i]); err != nil {
+					return fmt.Errorf("bridged elements on %s: %w", n.name, err)
+				}
 			}
 		}
 	}

@@ -36,25 +36,12 @@ func TestCLIStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var code int
-	var out, errOut string
-	err := node.Do(func(ns.NetNS) error {
-		if err := os.WriteFile("/proc/sys/net/ipv4/conf/all/rp_filter", []byte("1"), 0o644); err != nil {
-			return err
-		}
-		code, out, errOut = runCLIArgs("status", "--conflist", conflist, "--json")
-		return nil
-	})
-	if err != nil {
+	if err := node.Do(func(ns.NetNS) error {
+		return os.WriteFile("/proc/sys/net/ipv4/conf/all/rp_filter", []byte("1"), 0o644)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if code != 0 {
-		t.Fatalf("status exited %d: %s", code, errOut)
-	}
-	var st nodeStatus
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
-	}
+	st := statusJSON(t, node, conflist)
 	if len(st.Attachments) != 1 || st.Attachments[0].Pod != "nf-a/router" || !st.Attachments[0].Forwarding {
 		t.Errorf("attachments: %+v", st.Attachments)
 	}
@@ -77,6 +64,8 @@ func TestCLIStatus(t *testing.T) {
 	}
 
 	// The human form lists the pod and the warnings too.
+	var code int
+	var out, errOut string
 	_ = node.Do(func(ns.NetNS) error {
 		code, out, errOut = runCLIArgs("status", "--conflist", conflist)
 		return nil
@@ -126,21 +115,7 @@ func TestCLIStatusUnchecked(t *testing.T) {
 		{"type":"podwire","stateDir":"`+stateDir+`"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var code int
-	var out, errOut string
-	if err := node.Do(func(ns.NetNS) error {
-		code, out, errOut = runCLIArgs("status", "--conflist", conflist, "--json")
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if code != 0 {
-		t.Fatalf("status exited %d: %s", code, errOut)
-	}
-	var st nodeStatus
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	st := statusJSON(t, node, conflist)
 	all := strings.Join(st.Warnings, "\n")
 	for _, want := range []string{"source addresses not checked: default/mv", "macvlan", "primary is Cilium"} {
 		if !strings.Contains(all, want) {
@@ -156,4 +131,26 @@ func TestCLIStatusUnchecked(t *testing.T) {
 	if ws := uncheckedWarnings(stateDir); len(ws) != 0 {
 		t.Errorf("after the pod's DEL: %v", ws)
 	}
+}
+
+// statusJSON runs `podwire status --conflist conflist --json` in node and
+// decodes what it prints; a non-zero exit fails t.
+func statusJSON(t *testing.T, node ns.NetNS, conflist string) *nodeStatus {
+	t.Helper()
+	var code int
+	var out, errOut string
+	if err := node.Do(func(ns.NetNS) error {
+		code, out, errOut = runCLIArgs("status", "--conflist", conflist, "--json")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("status exited %d: %s", code, errOut)
+	}
+	var st nodeStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	return &st
 }
