@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Builds podwire's image offline as an OCI archive, bin/podwire-image.tar,
-# from the static binaries of `make build` (scripts/mkimage, with
-# go-containerregistry; no base image, no daemon, no registry). Import it on
-# a node with:  ctr -n k8s.io images import bin/podwire-image.tar
+# Builds podwire's image offline as an OCI archive, bin/podwire-image.tar: a
+# multi-arch image index (one image per platform of PLATFORMS), each image
+# one layer holding the static binaries podwire-agent and podwire,
+# cross-compiled with CGO_ENABLED=0 into bin/<os>_<arch>/ (scripts/mkimage,
+# with go-containerregistry; no base image, no daemon, no registry).
+#
+# Run by `make image`, which sets IMAGE (the reference recorded in the
+# archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS.
+# Import the archive on a node with
+#   ctr -n k8s.io images import bin/podwire-image.tar
+# (it unpacks the node's platform), or push it with `make push`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IMAGE=${IMAGE:-docker.io/podwire/podwire-agent:dev}
-CGO_ENABLED=0 ${GO:-go} run ./scripts/mkimage -o bin/podwire-image.tar -name "$IMAGE" bin/podwire-agent bin/podwire
-echo "bin/podwire-image.tar: $IMAGE"
+: "${IMAGE:?set by make image}" "${VERSION:?}" "${LDFLAGS:?}"
+PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
+GO=${GO:-go}
+export CGO_ENABLED=0
+args=()
+for p in $PLATFORMS; do
+	os=${p%/*} arch=${p#*/}
+	out=bin/${os}_$arch
+	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire" ./plugins/podwire
+	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire-agent" ./cmd/podwire-agent
+	args+=(-platform "$p=$out")
+done
+$GO run ./scripts/mkimage build -o bin/podwire-image.tar -name "$IMAGE" \
+	-version "$VERSION" -revision "${COMMIT:-}" "${args[@]}" podwire-agent podwire

@@ -4,25 +4,26 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// agentImage is the name scripts/image.sh records in the archive.
-const agentImage = "docker.io/podwire/podwire-agent:dev"
-
-// TestAgentImageImports: the OCI archive of `make image` imports into a real
-// containerd with `ctr -n k8s.io images import`, and the CRI (what the
-// kubelet asks) then knows the image, with the entrypoint we built.
+// TestAgentImageImports: the OCI archive of `make image` (a multi-arch
+// image index) imports into a real containerd with
+// `ctr -n k8s.io images import`, and the CRI (what the kubelet asks) then
+// knows the image by the name scripts/image.sh recorded (PODWIRE_IMAGE_REF,
+// REGISTRY/podwire-agent:VERSION), unpacked for this node's platform.
 func TestAgentImageImports(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: runs containerd")
 	}
-	archive := os.Getenv("PODWIRE_IMAGE")
-	if archive == "" {
-		t.Skip("PODWIRE_IMAGE not set: run through make test-e2e")
+	archive, agentImage := os.Getenv("PODWIRE_IMAGE"), os.Getenv("PODWIRE_IMAGE_REF")
+	if archive == "" || agentImage == "" {
+		t.Skip("PODWIRE_IMAGE or PODWIRE_IMAGE_REF not set: run through make test-e2e")
 	}
 	n := startNode(t)
 	out, err := exec.Command("ctr", "-a", n.sock, "-n", "k8s.io", "images", "import",
@@ -39,6 +40,13 @@ func TestAgentImageImports(t *testing.T) {
 	}
 	if st.Image.GetSize() == 0 {
 		t.Errorf("image %s has size 0", agentImage)
+	}
+	// The verbose info is the image config of the platform unpacked.
+	info := st.GetInfo()["info"]
+	for _, want := range []string{`"architecture":"` + runtime.GOARCH + `"`, `"/podwire-agent"`} {
+		if !strings.Contains(info, want) {
+			t.Errorf("CRI image info lacks %s: %s", want, info)
+		}
 	}
 	t.Logf("CRI image %s: id %s, %d bytes", agentImage, st.Image.GetId(), st.Image.GetSize())
 }

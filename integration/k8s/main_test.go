@@ -10,7 +10,8 @@
 //
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
 // Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD, PODWIRE_BIN,
-// PODWIRE_IMAGE (`make image`), PODWIRE_CNI_BIN.
+// PODWIRE_IMAGE (`make image`) and PODWIRE_IMAGE_REF (the name it records),
+// PODWIRE_CNI_BIN.
 package k8s
 
 import (
@@ -21,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -34,6 +36,7 @@ var (
 	c            *cluster.Cluster
 	podwireBin   string
 	podwireImage string // bin/podwire-image.tar of `make image`
+	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
 	podwireEntry []byte // podwire's entry, in the ConfigMap podwire-config
 	stateDir     string // the node's /run/podwire, seen from the host
 	readiness    *readinessMonitor
@@ -54,7 +57,7 @@ var (
 // missingUplink is the VLAN uplink the config names and the node never has.
 const missingUplink = "pwk8s-up0"
 
-// deployDir is deploy/, applied as it is.
+// deployDir is deploy/, applied with the image under test (deployManifests).
 const deployDir = "../../deploy"
 
 // allowedNS matches forwarding.namespaces.
@@ -168,12 +171,13 @@ const agentNS = "podwire-system"
 // (`make image`) imported into the node's containerd, podwire's entry in the
 // ConfigMap podwire-config, the apiserver's address in the ConfigMap
 // kubernetes-services-endpoint (this cluster runs no kube-proxy, so the
-// kubernetes Service does not route), then `kubectl apply -f deploy/`,
-// unmodified. The DaemonSet's agent installs the plugin binary into the
-// node's /opt/cni/bin and chains podwire into the primary's 0.3.1 conflist.
-// It returns once containerd has loaded the chain and the agent has written
-// the node's egress file, without which an ADD with egress.nodeAnnotation
-// is refused with error 11.
+// kubernetes Service does not route), then deploy/ applied with its image
+// set to the one under test (as an operator sets their own build's). The
+// DaemonSet's agent installs the plugin binary into the node's /opt/cni/bin
+// and chains podwire into the primary's 0.3.1 conflist. It returns once
+// containerd has loaded the chain and the agent has written the node's
+// egress file, without which an ADD with egress.nodeAnnotation is refused
+// with error 11.
 func deployPodwire(ctx context.Context) error {
 	var err error
 	if podwireEntry, err = json.Marshal(podwireConfig()); err != nil {
@@ -204,11 +208,16 @@ func deployPodwire(ctx context.Context) error {
 	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
 }
 
-// applyDeploy runs `kubectl apply -f deploy/` and waits for the DaemonSet's
-// rollout: the agent is Ready (informers synced, podwire in the chain).
+// applyDeploy applies deploy/ with the image under test (deployManifests)
+// and waits for the DaemonSet's rollout: the agent is Ready (informers
+// synced, podwire in the chain).
 func applyDeploy(ctx context.Context) error {
 	start := time.Now()
-	if out, err := c.Kubectl(ctx, "", "apply", "-f", deployDir); err != nil {
+	manifests, err := deployManifests(podwireRef)
+	if err != nil {
+		return err
+	}
+	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
 		return fmt.Errorf("kubectl apply -f deploy/: %v\n%s", err, out)
 	}
 	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=120s"); err != nil {
@@ -216,6 +225,31 @@ func applyDeploy(ctx context.Context) error {
 	}
 	fmt.Printf("podwire: deploy/ applied, agent Ready in %.1fs\n", time.Since(start).Seconds())
 	return nil
+}
+
+// deployManifests is deploy/*.yaml, in order, with the agent's image (the
+// release's, which this cluster cannot pull) replaced by image; every other
+// line as shipped.
+func deployManifests(image string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no manifests in %s: %v", deployDir, err)
+	}
+	re := regexp.MustCompile(`(?m)^(\s+image:\s*)\S+/podwire-agent:\S+$`)
+	var docs []string
+	replaced := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		replaced += len(re.FindAll(b, -1))
+		docs = append(docs, re.ReplaceAllString(string(b), "${1}"+image))
+	}
+	if replaced != 1 {
+		return "", fmt.Errorf("deploy/ names the podwire-agent image %d times, want once", replaced)
+	}
+	return strings.Join(docs, "\n---\n"), nil
 }
 
 // describeAgent is what tells why the agent's pod is not Ready.

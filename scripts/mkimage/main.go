@@ -1,155 +1,119 @@
-// Command mkimage builds podwire's image offline as an OCI archive (an OCI
-// image layout in a tar) with go-containerregistry: one layer holding the
-// static binaries at the root, no base image. The archive imports with
-// `ctr -n k8s.io images import`, which names the image from the
-// io.containerd.image.name annotation of the index.
+// Command mkimage builds podwire's image offline and pushes it, with
+// go-containerregistry (no daemon, no base image).
 //
-//	go run ./scripts/mkimage -o bin/podwire-image.tar -name docker.io/podwire/podwire-agent:dev bin/podwire-agent bin/podwire
+// build writes an OCI archive (an OCI image layout in a tar) holding one
+// multi-arch image index: per platform, one image of one layer with the
+// static binaries at the root. `ctr -n k8s.io images import` takes the
+// archive as it is (it names the image from the io.containerd.image.name
+// annotation and unpacks the node's platform):
+//
+//	go run ./scripts/mkimage build -o bin/podwire-image.tar \
+//	    -name ghcr.io/podwire/podwire-agent:v0.1.0 -version v0.1.0 -revision <commit> \
+//	    -platform linux/amd64=bin/linux_amd64 -platform linux/arm64=bin/linux_arm64 \
+//	    podwire-agent podwire
+//
+// push sends the archive's index and every image in it to a registry under
+// ref, and prints the pushed reference with its digest (ref@sha256:...), the
+// form to pin in a manifest. Credentials come from the Docker config
+// (~/.docker/config.json, as docker login writes it). A registry on
+// loopback, localhost or a private (RFC 1918) address is reached over plain
+// HTTP when it does not answer HTTPS; -insecure allows it for any host:
+//
+//	go run ./scripts/mkimage push [-insecure] bin/podwire-image.tar registry.example/podwire/podwire-agent:v0.1.0
 package main
 
 import (
-	"archive/tar"
-	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"runtime"
-	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"strings"
 )
 
 func main() {
-	out := flag.String("o", "bin/podwire-image.tar", "OCI archive to write")
-	name := flag.String("name", "docker.io/podwire/podwire-agent:dev", "image name recorded in the archive")
-	entry := flag.String("entrypoint", "/podwire-agent", "entrypoint")
-	flag.Parse()
-	if err := build(*out, *name, *entry, flag.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "mkimage:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func build(out, name, entry string, bins []string) error {
-	if len(bins) == 0 {
-		return fmt.Errorf("no binaries given")
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: mkimage build|push ... (see the package comment)")
+		return 2
 	}
-	layerTar, err := binariesTar(bins)
+	var err error
+	switch args[0] {
+	case "build":
+		err = runBuild(args[1:], stdout, stderr)
+	case "push":
+		err = runPush(args[1:], stdout, stderr)
+	default:
+		err = fmt.Errorf("unknown command %q: build or push", args[0])
+	}
 	if err != nil {
-		return err
+		fmt.Fprintln(stderr, "mkimage:", err)
+		return 1
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
-	if err != nil {
-		return err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = []string{entry}
-	cf.Config.Env = []string{"PATH=/"}
-	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
-	}
-	dir, err := os.MkdirTemp("", "podwire-image-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          name,
-		"org.opencontainers.image.ref.name": name,
-	})); err != nil {
-		return err
-	}
-	return tarDir(dir, out)
+	return 0
 }
 
-// binariesTar is a layer with each binary at the root, mode 0755, owned by
-// root, with a fixed time (a reproducible layer).
-func binariesTar(bins []string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, b := range bins {
-		data, err := os.ReadFile(b)
-		if err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(b), Mode: 0o755, Size: int64(len(data)),
-			Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
-		}
-	}
-	return buf.Bytes(), tw.Close()
+// platformFlags collects -platform os/arch=dir, in order.
+type platformFlags []platformDir
+
+type platformDir struct {
+	os, arch, dir string
 }
 
-// tarDir writes the OCI layout in dir as a tar archive at out (atomically).
-func tarDir(dir, out string) error {
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
+func (p *platformFlags) String() string { return fmt.Sprint(*p) }
+
+func (p *platformFlags) Set(s string) error {
+	plat, dir, ok := strings.Cut(s, "=")
+	osName, arch, ok2 := strings.Cut(plat, "/")
+	if !ok || !ok2 || osName == "" || arch == "" || dir == "" {
+		return fmt.Errorf("want os/arch=dir, got %q", s)
+	}
+	*p = append(*p, platformDir{osName, arch, dir})
+	return nil
+}
+
+func runBuild(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts buildOptions
+	fs.StringVar(&opts.out, "o", "bin/podwire-image.tar", "OCI archive to write")
+	fs.StringVar(&opts.name, "name", "", "image reference recorded in the archive (what ctr import names it)")
+	fs.StringVar(&opts.entrypoint, "entrypoint", "/podwire-agent", "entrypoint")
+	fs.StringVar(&opts.version, "version", "", "org.opencontainers.image.version of the index")
+	fs.StringVar(&opts.revision, "revision", "", "org.opencontainers.image.revision of the index (the commit)")
+	fs.Var(&opts.platforms, "platform", "os/arch=dir: an image for that platform from the binaries in dir (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts.bins = fs.Args()
+	if opts.name == "" {
+		return fmt.Errorf("build: -name is required")
+	}
+	digest, err := build(opts)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
-	tw := tar.NewWriter(f)
-	err = filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
-		if err != nil || path == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		hdr, err := tar.FileInfoHeader(fi, "")
-		if err != nil {
-			return err
-		}
-		hdr.Name, hdr.ModTime = rel, time.Unix(0, 0)
-		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			src, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			_, err = io.Copy(tw, src)
-			return err
-		}
-		return nil
-	})
-	if err == nil {
-		err = tw.Close()
+	fmt.Fprintf(stdout, "%s: %s (index %s)\n", opts.out, opts.name, digest)
+	return nil
+}
+
+func runPush(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("push", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	insecure := fs.Bool("insecure", false, "allow plain HTTP to the registry whatever its address")
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if fs.NArg() != 2 {
+		return fmt.Errorf("push: want ARCHIVE REF, got %q", fs.Args())
 	}
+	pinned, err := push(context.Background(), fs.Arg(0), fs.Arg(1), *insecure)
 	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, out)
+	fmt.Fprintln(stdout, pinned)
+	return nil
 }
