@@ -19,16 +19,18 @@ ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
 # One version for both binaries and the image tag: scripts/version.sh (git
 # describe; v0.1.0-<commits>-g<hash> while the repository has no tag),
 # stamped into pkg/buildinfo with the commit. `make VERSION=v1.2.3` overrides.
-VERSION := $(shell scripts/version.sh)
-COMMIT := $(shell GIT_OPTIONAL_LOCKS=0 git rev-parse HEAD 2>/dev/null)
+# Each is computed once, at its first use (`X = $(eval X := ...)$(X)`), so
+# targets that do not build (lint, deps) do not ask git.
+VERSION = $(eval VERSION := $$(shell scripts/version.sh))$(VERSION)
+COMMIT = $(eval COMMIT := $$(shell GIT_OPTIONAL_LOCKS=0 git rev-parse HEAD 2>/dev/null))$(COMMIT)
 BUILDINFO := github.com/podwire/podwire/pkg/buildinfo
-LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
+LDFLAGS = -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
 
 # The image: REGISTRY/podwire-agent:VERSION, a multi-arch index of PLATFORMS;
 # the default REGISTRY is the project's.
 REGISTRY ?= ghcr.io/podwire
 PLATFORMS ?= linux/amd64 linux/arm64
-IMAGE := $(REGISTRY)/podwire-agent:$(VERSION)
+IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
