@@ -35,7 +35,12 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: build image push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint fuzz clean
+.PHONY: deps build image push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint fuzz clean
+
+# The Debian packages of scripts/deps.list that the demo and the suites call,
+# installed (as root) only when one is missing: the check is one dpkg-query.
+deps:
+	@scripts/install-deps.sh --check 2>/dev/null || scripts/install-deps.sh
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire ./plugins/podwire
@@ -64,18 +69,18 @@ $(TOOLS_DIR)/.stamp: Makefile
 	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
 	touch $@
 
-test: test-unit test-integration test-e2e test-vm test-k8s
+test: deps test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
 	$(GO) test -count=1 ./pkg/... ./plugins/... ./scripts/...
 
-test-integration: build tools
+test-integration: deps build tools
 	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
 
-test-vm: build
+test-vm: deps build
 	scripts/vm-test.sh
 
-test-e2e: image tools
+test-e2e: deps image tools
 	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
 
 # Built once per version into .cache (about 25 min on 2 cores the first
@@ -83,13 +88,13 @@ test-e2e: image tools
 k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 
-test-k8s: image tools k8s-bins
+test-k8s: deps image tools k8s-bins
 	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
 
-demo: build tools
+demo: deps build tools
 	scripts/demo.sh
 
-bench: build tools
+bench: deps build tools
 	scripts/bench.sh
 
 # Executions per target, not a duration: scripts/fuzz.sh says why.
