@@ -25,9 +25,18 @@ func replaceWithBackup(path string, data []byte) (string, error) {
 	}
 	backup := ""
 	if err == nil {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return "", fmt.Errorf("failed to stat %q: %w", path, err)
+		}
+		// The backup holds what the original holds: it gets its mode (a
+		// 0600 conflist may name credentials), also over an older backup.
 		backup = path + BackupSuffix
-		if err := atomicfile.WriteFile(backup, old, 0o644); err != nil {
+		if err := atomicfile.WriteFile(backup, old, fi.Mode().Perm()); err != nil {
 			return "", fmt.Errorf("failed to back up %q: %w", path, err)
+		}
+		if err := os.Chmod(backup, fi.Mode().Perm()); err != nil {
+			return "", fmt.Errorf("failed to set the mode of %q: %w", backup, err)
 		}
 	}
 	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {

@@ -57,6 +57,9 @@ func TestInstallUninstall(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("conflist mode not kept: %v %v", fi.Mode(), err)
 	}
+	if fi, err := os.Stat(res.Backup); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("backup of a 0600 conflist: %v %v, want the original's 0600", fi.Mode(), err)
+	}
 	if fi, err := os.Stat(filepath.Join(binDir, PluginType)); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("binary not installed executable: %v", err)
 	}

@@ -28,6 +28,7 @@ package logfile
 
 import (
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/natefinch/lumberjack.v2"
@@ -82,7 +83,7 @@ func Open(path string, o Options) *Writer {
 		// a limit no log reaches (1 TiB).
 		MaxSize: 1 << 20,
 	}}
-	if f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600); err == nil {
+	if f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600); err == nil {
 		w.lock = f
 	}
 	return w

@@ -34,9 +34,21 @@ type Store struct {
 // New returns the store in dir; nothing is created until a write.
 func New(dir string) *Store { return &Store{Dir: dir} }
 
+// ensureDir makes stateDir, mode 0700, or narrows an existing one to 0700:
+// a kubelet creates a DaemonSet's hostPath (DirectoryOrCreate) 0755, and
+// the records name every pod of the node.
 func (s *Store) ensureDir() error {
 	if err := os.MkdirAll(s.Dir, DirMode); err != nil {
 		return fmt.Errorf("failed to create state dir %q: %w", s.Dir, err)
+	}
+	fi, err := os.Stat(s.Dir)
+	if err != nil {
+		return fmt.Errorf("failed to stat state dir %q: %w", s.Dir, err)
+	}
+	if fi.Mode().Perm() != DirMode {
+		if err := os.Chmod(s.Dir, DirMode); err != nil {
+			return fmt.Errorf("failed to set state dir %q to mode %o: %w", s.Dir, DirMode, err)
+		}
 	}
 	return nil
 }
@@ -211,7 +223,7 @@ func (s *Store) Lock() (unlock func(), err error) {
 	if err := s.ensureDir(); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(s.Dir, lockName), os.O_RDWR|os.O_CREATE, FileMode)
+	f, err := os.OpenFile(filepath.Join(s.Dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("failed to open node lock: %w", err)
 	}

@@ -221,3 +221,19 @@ func TestDeleteRemovesCrashedPut(t *testing.T) {
 func tmpLeftover(s *Store, containerID, ifName string) string {
 	return atomicfile.TempName(s.path(containerID, ifName))
 }
+
+// TestStateDirNarrowedTo0700: a stateDir made 0755 by someone else (a
+// kubelet creating the DaemonSet's hostPath) is 0700 after the first
+// record is written.
+func TestStateDirNarrowedTo0700(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "podwire")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(dir).Put(&Record{ContainerID: "c1", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != DirMode {
+		t.Fatalf("state dir mode %v (%v), want %o", fi.Mode(), err, DirMode)
+	}
+}
