@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.entry.json from the render")
+
+const (
+	root      = "../.."
+	allValues = "testdata/all-values.yaml"
+	// The entries the default values and all-values.yaml render;
+	// pkg/install's test installs them and parses them as the plugin would.
+	defaultEntry = "testdata/default.entry.json"
+	allEntry     = "testdata/all-values.entry.json"
+)
+
+// checkGolden compares a rendered entry, indented, with the file golden.
+func checkGolden(t *testing.T, entry, golden string) {
+	t.Helper()
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, []byte(entry), "", "  "); err != nil {
+		t.Fatalf("entry is not JSON: %v\n%s", err, entry)
+	}
+	pretty.WriteByte('\n')
+	if *update {
+		if err := os.WriteFile(golden, pretty.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, pretty.Bytes()) {
+		t.Errorf("entry differs from %s (go test -update rewrites it):\n%s", golden, pretty.Bytes())
+	}
+}
+
+var chartPath = filepath.Join(root, chartDir)
+
+// TestLint runs `helm lint` (the SDK's lint.All: Chart.yaml, values against
+// values.schema.json, every template rendered and parsed as Kubernetes
+// objects) with the default values, the plain manifests' and all-values.yaml.
+// A warning fails as an error does.
+func TestLint(t *testing.T) {
+	for _, files := range [][]string{nil, {filepath.Join(root, manifestValues)}, {allValues}} {
+		t.Run(strings.Join(append([]string{"defaults"}, files...), "+"), func(t *testing.T) {
+			vals := map[string]any{}
+			for _, f := range files {
+				v, err := chartutil.ReadValuesFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vals = chartutil.CoalesceTables(v.AsMap(), vals)
+			}
+			res := lint.All(chartPath, vals, "default", false)
+			for _, m := range res.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %v", m)
+				} else {
+					t.Logf("helm lint: %v", m)
+				}
+			}
+		})
+	}
+}
+
+// TestManifestsUpToDate fails when deploy/*.yaml are not what `make
+// manifests` renders from the chart.
+func TestManifestsUpToDate(t *testing.T) {
+	want, err := plainManifests(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := filepath.Glob(filepath.Join(root, manifestDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range have {
+		if _, ok := want[filepath.Base(f)]; !ok {
+			t.Errorf("%s/%s: the chart renders no such file; run make manifests", manifestDir, filepath.Base(f))
+		}
+	}
+	for name, w := range want {
+		got, err := os.ReadFile(filepath.Join(root, manifestDir, name))
+		if err != nil {
+			t.Errorf("%v; run make manifests", err)
+			continue
+		}
+		if !bytes.Equal(got, w) {
+			t.Errorf("%s/%s differs from the chart's render (%s); run make manifests", manifestDir, name, firstDiff(got, w))
+		}
+	}
+}
+
+// firstDiff names the first line where a (the file) and b (the render)
+// differ.
+func firstDiff(a, b []byte) string {
+	al, bl := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return fmt.Sprintf("line %d: file %q, render %q", i+1, x, y)
+		}
+	}
+	return "same lines"
+}
+
+// TestChartVersion: the chart's version and appVersion are the project's
+// version, the base of scripts/version.sh.
+func TestChartVersion(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join(root, "scripts/version.sh"))
+	if os.IsNotExist(err) {
+		t.Skip("scripts/version.sh not in this tree")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^BASE=(v\S+)$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/version.sh sets no BASE=v...")
+	}
+	base := string(m[1])
+	ch, _, err := render(chartPath, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Metadata.Version != strings.TrimPrefix(base, "v") || ch.Metadata.AppVersion != base {
+		t.Errorf("Chart.yaml has version %q and appVersion %q; scripts/version.sh's base %s wants %q and %q",
+			ch.Metadata.Version, ch.Metadata.AppVersion, base, strings.TrimPrefix(base, "v"), base)
+	}
+}
+
+// objects is a render parsed into the objects the tests look at.
+type objects struct {
+	namespaces []corev1.Namespace
+	configMaps map[string]corev1.ConfigMap
+	ds         appsv1.DaemonSet
+	other      []string // kinds of the rest
+	namespaced []string // "Kind/name namespace" of every namespaced object
+	rendered   map[string]string
+}
+
+func parse(t *testing.T, rendered map[string]string) *objects {
+	t.Helper()
+	o := &objects{configMaps: map[string]corev1.ConfigMap{}, rendered: rendered}
+	for name, text := range rendered {
+		if filepath.Ext(name) != ".yaml" {
+			continue
+		}
+		for _, doc := range strings.Split(text, "\n---\n") {
+			var meta struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name      string `json:"name"`
+					Namespace string `json:"namespace"`
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if meta.Metadata.Namespace != "" {
+				o.namespaced = append(o.namespaced, meta.Kind+"/"+meta.Metadata.Name+" "+meta.Metadata.Namespace)
+			}
+			var err error
+			switch meta.Kind {
+			case "":
+				continue
+			case "Namespace":
+				var ns corev1.Namespace
+				err = yaml.UnmarshalStrict([]byte(doc), &ns)
+				o.namespaces = append(o.namespaces, ns)
+			case "ConfigMap":
+				var cm corev1.ConfigMap
+				err = yaml.UnmarshalStrict([]byte(doc), &cm)
+				o.configMaps[cm.Name] = cm
+			case "DaemonSet":
+				err = yaml.UnmarshalStrict([]byte(doc), &o.ds)
+			default:
+				o.other = append(o.other, meta.Kind)
+			}
+			if err != nil {
+				t.Fatalf("%s: %s: %v", name, meta.Kind, err)
+			}
+		}
+	}
+	return o
+}
+
+func (o *objects) container(t *testing.T) corev1.Container {
+	t.Helper()
+	if c := o.ds.Spec.Template.Spec.Containers; len(c) == 1 {
+		return c[0]
+	}
+	t.Fatalf("DaemonSet has %d containers, want 1", len(o.ds.Spec.Template.Spec.Containers))
+	return corev1.Container{}
+}
+
+func (o *objects) env(t *testing.T, name string) corev1.EnvVar {
+	t.Helper()
+	for _, e := range o.container(t).Env {
+		if e.Name == name {
+			return e
+		}
+	}
+	t.Fatalf("no env %s", name)
+	return corev1.EnvVar{}
+}
+
+func (o *objects) checksum() string {
+	return o.ds.Spec.Template.Annotations["checksum/config"]
+}
+
+func sha(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) }
+
+const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// TestRender renders the chart with values as an operator sets them and
+// checks the objects.
+func TestRender(t *testing.T) {
+	manifests := filepath.Join(root, manifestValues)
+	for _, tc := range []struct {
+		name  string
+		files []string
+		set   []string // --set-json key=JSON
+		check func(t *testing.T, o *objects)
+	}{{
+		name: "defaults",
+		check: func(t *testing.T, o *objects) {
+			if len(o.namespaces) != 1 || o.namespaces[0].Name != "podwire-system" ||
+				o.namespaces[0].Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+				t.Errorf("want Namespace podwire-system labelled for PodSecurity privileged, got %+v", o.namespaces)
+			}
+			for _, n := range o.namespaced {
+				if !strings.HasSuffix(n, " podwire-system") {
+					t.Errorf("%s: not in podwire-system", n)
+				}
+			}
+			spec := o.ds.Spec.Template.Spec
+			if spec.PriorityClassName != "system-node-critical" {
+				t.Errorf("priorityClassName %q", spec.PriorityClassName)
+			}
+			if len(spec.NodeSelector) != 1 || spec.NodeSelector["kubernetes.io/os"] != "linux" {
+				t.Errorf("nodeSelector %v, want kubernetes.io/os: linux", spec.NodeSelector)
+			}
+			if len(spec.Tolerations) != 1 || spec.Tolerations[0] != (corev1.Toleration{Operator: corev1.TolerationOpExists}) {
+				t.Errorf("tolerations %+v, want every taint", spec.Tolerations)
+			}
+			c := o.container(t)
+			if c.Image != "podwire/podwire-agent:dev" {
+				t.Errorf("image %q", c.Image)
+			}
+			sc := c.SecurityContext
+			if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("container securityContext %+v: want seccompProfile RuntimeDefault", sc)
+			}
+			if sc == nil || sc.Privileged == nil || *sc.Privileged || len(sc.Capabilities.Add) != 1 || sc.Capabilities.Add[0] != "NET_ADMIN" {
+				t.Errorf("container securityContext %+v: want unprivileged with NET_ADMIN only", sc)
+			}
+			cm, ok := o.configMaps["podwire-config"]
+			if !ok {
+				t.Fatal("no ConfigMap podwire-config")
+			}
+			const want = `{"capabilities":{"io.kubernetes.cri.pod-annotations":true},"sourceCheck":true,"type":"podwire"}`
+			if cm.Data["entry"] != want {
+				t.Errorf("entry %s, want %s", cm.Data["entry"], want)
+			}
+			checkGolden(t, cm.Data["entry"], defaultEntry)
+			if _, ok := o.configMaps["kubernetes-services-endpoint"]; ok {
+				t.Error("kubernetes-services-endpoint rendered without a host")
+			}
+			if got, want := o.checksum(), sha(o.rendered["15-config.yaml"]); got != want {
+				t.Errorf("checksum/config %q, want %q (the rendered ConfigMaps)", got, want)
+			}
+			if ref := o.env(t, "PODWIRE_CONFIG").ValueFrom.ConfigMapKeyRef; ref.Name != "podwire-config" || ref.Key != "entry" || ref.Optional != nil {
+				t.Errorf("PODWIRE_CONFIG from %+v, want the chart's ConfigMap, required", ref)
+			}
+		},
+	}, {
+		name:  "plain manifests",
+		files: []string{manifests},
+		check: func(t *testing.T, o *objects) {
+			if len(o.configMaps) != 0 {
+				t.Errorf("ConfigMaps rendered: %v", o.configMaps)
+			}
+			if sum, ok := o.ds.Spec.Template.Annotations["checksum/config"]; ok {
+				t.Errorf("checksum/config %q without a ConfigMap", sum)
+			}
+			if ref := o.env(t, "PODWIRE_CONFIG").ValueFrom.ConfigMapKeyRef; ref.Name != "podwire-config" || ref.Key != "entry" || ref.Optional == nil || !*ref.Optional {
+				t.Errorf("PODWIRE_CONFIG from %+v, want the operator's ConfigMap, optional", ref)
+			}
+			ef := o.container(t).EnvFrom
+			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
+				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
+			}
+			if len(o.namespaces) != 1 || len(o.other) != 3 {
+				t.Errorf("want the Namespace, the ServiceAccount, the ClusterRole and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
+			}
+		},
+	}, {
+		name: "digest wins over tag",
+		set:  []string{`image={"repository":"registry.example/podwire-agent","tag":"v1.2.3","digest":"` + digest + `"}`},
+		check: func(t *testing.T, o *objects) {
+			if c := o.container(t); c.Image != "registry.example/podwire-agent@"+digest {
+				t.Errorf("image %q", c.Image)
+			}
+		},
+	}, {
+		name: "tag defaults to appVersion",
+		set:  []string{`image.tag=""`},
+		check: func(t *testing.T, o *objects) {
+			if c := o.container(t); !regexp.MustCompile(`^podwire/podwire-agent:v\d+\.\d+\.\d+$`).MatchString(c.Image) {
+				t.Errorf("image %q, want the appVersion's tag", c.Image)
+			}
+		},
+	}, {
+		name: "apiserver endpoint",
+		set:  []string{`kubernetesServicesEndpoint={"host":"192.0.2.10","port":6443}`},
+		check: func(t *testing.T, o *objects) {
+			cm := o.configMaps["kubernetes-services-endpoint"]
+			if cm.Namespace != "podwire-system" || cm.Data["KUBERNETES_SERVICE_HOST"] != "192.0.2.10" || cm.Data["KUBERNETES_SERVICE_PORT"] != "6443" || len(cm.Data) != 2 {
+				t.Errorf("kubernetes-services-endpoint %+v", cm)
+			}
+			if got, want := o.checksum(), sha(o.rendered["15-config.yaml"]); got != want {
+				t.Errorf("checksum/config %q, want %q", got, want)
+			}
+		},
+	}, {
+		name:  "endpoint alone with the plain manifests",
+		files: []string{manifests},
+		set:   []string{`kubernetesServicesEndpoint.host="192.0.2.10"`},
+		check: func(t *testing.T, o *objects) {
+			if _, ok := o.configMaps["podwire-config"]; ok || len(o.configMaps) != 1 {
+				t.Errorf("ConfigMaps %v, want kubernetes-services-endpoint alone", o.configMaps)
+			}
+			if o.checksum() == "" {
+				t.Error("no checksum/config")
+			}
+		},
+	}, {
+		name: "own namespace",
+		set:  []string{`namespace={"name":"net-system","create":false}`},
+		check: func(t *testing.T, o *objects) {
+			if len(o.namespaces) != 0 {
+				t.Errorf("Namespace rendered with namespace.create false: %+v", o.namespaces)
+			}
+			for _, n := range o.namespaced {
+				if !strings.HasSuffix(n, " net-system") {
+					t.Errorf("%s: not in net-system", n)
+				}
+			}
+		},
+	}, {
+		name: "empty probeSNAT, egress and forwarding are left out",
+		set:  []string{`config.probeSNAT={"preset":"","rules":[],"interfaces":[]}`, `config.egress.exceptCIDRs=["10.96.0.0/12"]`, `config.sourceCheck=false`},
+		check: func(t *testing.T, o *objects) {
+			const want = `{"capabilities":{"io.kubernetes.cri.pod-annotations":true},"egress":{"exceptCIDRs":["10.96.0.0/12"]},"sourceCheck":false,"type":"podwire"}`
+			if got := o.configMaps["podwire-config"].Data["entry"]; got != want {
+				t.Errorf("entry %s, want %s", got, want)
+			}
+		},
+	}, {
+		name: "extra keys",
+		set:  []string{`config.extra={"futureKey":{"a":1}}`},
+		check: func(t *testing.T, o *objects) {
+			const want = `{"capabilities":{"io.kubernetes.cri.pod-annotations":true},"futureKey":{"a":1},"sourceCheck":true,"type":"podwire"}`
+			if got := o.configMaps["podwire-config"].Data["entry"]; got != want {
+				t.Errorf("entry %s, want %s", got, want)
+			}
+		},
+	}, {
+		name:  "every value",
+		files: []string{allValues},
+		check: func(t *testing.T, o *objects) {
+			checkGolden(t, o.configMaps["podwire-config"].Data["entry"], allEntry)
+			spec := o.ds.Spec.Template.Spec
+			c := o.container(t)
+			if c.Image != "registry.example/podwire/podwire-agent@"+digest || c.ImagePullPolicy != corev1.PullAlways {
+				t.Errorf("image %q %s", c.Image, c.ImagePullPolicy)
+			}
+			if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "regcred" {
+				t.Errorf("imagePullSecrets %v", spec.ImagePullSecrets)
+			}
+			if spec.PriorityClassName != "" || len(spec.Tolerations) != 1 || spec.NodeSelector["podwire.io/enabled"] != "true" {
+				t.Errorf("priorityClassName %q, tolerations %v, nodeSelector %v", spec.PriorityClassName, spec.Tolerations, spec.NodeSelector)
+			}
+			if got := c.Resources.Limits.Memory().String(); got != "100Mi" {
+				t.Errorf("memory limit %s", got)
+			}
+			args := strings.Join(c.Args, " ")
+			for _, a := range []string{"--mode=derive", "--health-addr=127.0.0.1:19765"} {
+				if !strings.Contains(args, a) {
+					t.Errorf("args %q lack %s", args, a)
+				}
+			}
+			if p := c.LivenessProbe.HTTPGet.Port.IntValue(); p != 19765 {
+				t.Errorf("liveness probe port %d", p)
+			}
+			paths := map[string]string{}
+			for _, v := range spec.Volumes {
+				paths[v.Name] = v.HostPath.Path
+			}
+			if paths["cni-bin"] != "/usr/libexec/cni" || paths["cni-conf"] != "/etc/kubernetes/cni/net.d" {
+				t.Errorf("host paths %v", paths)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, rendered, err := render(chartPath, tc.files, tc.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, parse(t, rendered))
+		})
+	}
+}
+
+// TestConfigChangeRollsDaemonSet: any change of the entry or the endpoint
+// changes the pod template's checksum.
+func TestConfigChangeRollsDaemonSet(t *testing.T) {
+	seen := map[string]string{}
+	for _, set := range []string{
+		`config.sourceCheck=true`,
+		`config.forwarding.namespaces=["nf-*"]`,
+		`config.forwarding.namespaces=["nf-*","router"]`,
+		`config.allowedVLANs="100"`,
+		`kubernetesServicesEndpoint.host="192.0.2.10"`,
+	} {
+		_, rendered, err := render(chartPath, nil, []string{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := parse(t, rendered).checksum()
+		if sum == "" {
+			t.Fatalf("%s: no checksum/config", set)
+		}
+		if other, ok := seen[sum]; ok {
+			t.Errorf("%s and %s render the same checksum", other, set)
+		}
+		seen[sum] = set
+	}
+}
+
+// TestRefused: values that cannot work fail the render, naming the value.
+func TestRefused(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{`metrics.enabled=true`, "metrics.enabled"},
+		{`config.forwarding.namespaces="nf-*"`, "forwarding/namespaces"},
+		{`config.forwading={"namespaces":["nf-*"]}`, "forwading"},
+		{`config.allowedVLANs=100`, "allowedVLANs"},
+		{`config.probeSNAT.interfaces=["eth0"]`, "config.probeSNAT.interfaces"},
+		{`config.probeSNAT.preset="aws"`, "preset"},
+		{`config.extra={"stateDir":"/var/run/x"}`, "config.extra.stateDir"},
+		{`config.extra={"uplink":"eth1"}`, "config.uplink"},
+		{`image.digest="0123"`, "digest"},
+		{`cni.chainMode="append"`, "chainMode"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			_, _, err := render(chartPath, nil, []string{tc.set})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("render error %v, want one naming %q", err, tc.want)
+			}
+			t.Log(err)
+		})
+	}
+}

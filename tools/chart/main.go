@@ -1,0 +1,151 @@
+// Command chart renders podwire's Helm chart (deploy/helm/podwire) with the
+// Helm SDK, as `helm template` does, and writes the plain manifests of
+// deploy/ from it: one file per template (templates/20-daemonset.yaml ->
+// deploy/20-daemonset.yaml), a template that renders nothing gives no file.
+// The values are the chart's defaults and deploy/helm/manifests-values.yaml
+// (the plain manifests ship no ConfigMap), merged as `helm -f` merges them.
+//
+// Its own Go module, so that the main module does not pull Helm's
+// dependency tree; `make manifests` runs it, and its test (run by `make
+// lint`) lints the chart and fails when deploy/ differs from the render.
+//
+// Usage: chart -root DIR (the repository's top directory)
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/cli/values"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/getter"
+)
+
+// releaseName is the release the plain manifests are rendered as. The chart
+// names its objects without it (one podwire per cluster).
+const releaseName = "podwire"
+
+// Where the chart and the plain manifests are, from the repository's top.
+const (
+	chartDir       = "deploy/helm/podwire"
+	manifestValues = "deploy/helm/manifests-values.yaml"
+	manifestDir    = "deploy"
+)
+
+func main() {
+	root := flag.String("root", "", "the repository's top directory")
+	flag.Parse()
+	if *root == "" || flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := writeManifests(*root); err != nil {
+		fmt.Fprintln(os.Stderr, "chart:", err)
+		os.Exit(1)
+	}
+}
+
+// render loads the chart in dir and renders it with its values, files on
+// top (as -f), and set on top of those (as --set-json key=JSON).
+// The values are checked against values.schema.json. It returns the rendered
+// text of every template file by its base name (NOTES.txt included), and
+// fails on a reference to a value the values do not hold.
+func render(dir string, files []string, set []string) (*chart.Chart, map[string]string, error) {
+	ch, err := loader.Load(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to load the chart %q: %w", dir, err)
+	}
+	opts := values.Options{ValueFiles: files, JSONValues: set}
+	vals, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to read the values: %w", err)
+	}
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
+		Name: releaseName, Namespace: "default", Revision: 1, IsInstall: true,
+	}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := engine.Engine{Strict: true}.Render(ch, rv)
+	if err != nil {
+		return nil, nil, err
+	}
+	byName := map[string]string{}
+	for name, text := range out {
+		base := path.Base(name)
+		if strings.HasPrefix(base, "_") {
+			continue
+		}
+		byName[base] = text
+	}
+	return ch, byName, nil
+}
+
+// plainManifests renders the chart under root as the plain manifests of
+// deploy/: each YAML template's text that holds more than blank lines, by
+// file name, with a header naming where it comes from.
+func plainManifests(root string) (map[string][]byte, error) {
+	ch, rendered, err := render(filepath.Join(root, chartDir), []string{filepath.Join(root, manifestValues)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string][]byte{}
+	for name, text := range rendered {
+		if path.Ext(name) != ".yaml" || strings.TrimSpace(text) == "" {
+			continue
+		}
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "# Rendered by `make manifests` from the chart %s %s\n", chartDir, ch.Metadata.Version)
+		fmt.Fprintf(&b, "# with its default values and %s.\n", manifestValues)
+		b.WriteString("# Edit the chart, not this file.\n")
+		b.WriteString(strings.TrimLeft(text, "\n"))
+		if !bytes.HasSuffix(b.Bytes(), []byte("\n")) {
+			b.WriteByte('\n')
+		}
+		m[name] = b.Bytes()
+	}
+	return m, nil
+}
+
+// writeManifests writes the plain manifests into root's deploy/, removing
+// the *.yaml files there that the render no longer produces.
+func writeManifests(root string) error {
+	want, err := plainManifests(root)
+	if err != nil {
+		return err
+	}
+	out := filepath.Join(root, manifestDir)
+	old, err := filepath.Glob(filepath.Join(out, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range old {
+		if _, ok := want[filepath.Base(f)]; !ok {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+			fmt.Println("removed", filepath.Join(manifestDir, filepath.Base(f)))
+		}
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(out, name), want[name], 0o644); err != nil {
+			return err
+		}
+		fmt.Println("wrote", filepath.Join(manifestDir, name))
+	}
+	return nil
+}
