@@ -19,23 +19,41 @@ ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
 # One version for both binaries and the image tag: scripts/version.sh (git
 # describe; v0.1.0-<commits>-g<hash> while the repository has no tag),
 # stamped into pkg/buildinfo with the commit. `make VERSION=v1.2.3` overrides.
-VERSION := $(shell scripts/version.sh)
-COMMIT := $(shell GIT_OPTIONAL_LOCKS=0 git rev-parse HEAD 2>/dev/null)
+# Each is computed once, at its first use (`X = $(eval X := ...)$(X)`), so
+# targets that do not build (lint, deps) do not ask git.
+VERSION = $(eval VERSION := $$(shell scripts/version.sh))$(VERSION)
+COMMIT = $(eval COMMIT := $$(shell GIT_OPTIONAL_LOCKS=0 git rev-parse HEAD 2>/dev/null))$(COMMIT)
 BUILDINFO := github.com/podwire/podwire/pkg/buildinfo
-LDFLAGS := -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
+LDFLAGS = -s -w -X $(BUILDINFO).Version=$(VERSION) -X $(BUILDINFO).Commit=$(COMMIT)
+
+# The image: REGISTRY/podwire-agent:VERSION, a multi-arch index of PLATFORMS;
+# the default REGISTRY is the project's.
+REGISTRY ?= ghcr.io/podwire
+PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: build image tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build image push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint manifests fuzz clean
+
+# The Debian packages of scripts/deps.list that the demo and the suites call,
+# installed (as root) only when one is missing: the check is one dpkg-query.
+deps:
+	@scripts/install-deps.sh --check 2>/dev/null || scripts/install-deps.sh
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire ./plugins/podwire
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire-agent ./cmd/podwire-agent
 
-# The agent's image as an OCI archive (bin/podwire-image.tar), built offline.
+# The agent's image as an OCI archive (bin/podwire-image.tar) holding a
+# multi-arch index, built offline; `make push` sends it to REGISTRY (plain
+# HTTP allowed with INSECURE=1) and prints the pushed reference with its digest.
 image: build
-	scripts/image.sh
+	IMAGE=$(IMAGE) VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' PLATFORMS='$(PLATFORMS)' scripts/image.sh
+
+push: image
+	$(GO) run ./scripts/mkimage push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)
 
 tools: $(TOOLS_DIR)/.stamp
 
@@ -51,32 +69,32 @@ $(TOOLS_DIR)/.stamp: Makefile
 	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
 	touch $@
 
-test: test-unit test-integration test-e2e test-vm test-k8s
+test: deps test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
-	$(GO) test -count=1 ./pkg/... ./plugins/...
+	$(GO) test -count=1 ./pkg/... ./plugins/... ./scripts/...
 
-test-integration: build tools
+test-integration: deps build tools
 	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
 
-test-vm: build
+test-vm: deps build
 	scripts/vm-test.sh
 
-test-e2e: image tools
-	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar $(GO) test -count=1 -timeout 20m ./integration/cri/
+test-e2e: deps image tools
+	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
 
 # Built once per version into .cache (about 25 min on 2 cores the first
 # time; seconds when cached).
 k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 
-test-k8s: image tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
+test-k8s: deps image tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
 
-demo: build tools
+demo: deps build tools
 	scripts/demo.sh
 
-bench: build tools
+bench: deps build tools
 	scripts/bench.sh
 
 # Executions per target, not a duration: scripts/fuzz.sh says why.
