@@ -270,8 +270,8 @@ func TestRender(t *testing.T) {
 				t.Errorf("tolerations %+v, want every taint", spec.Tolerations)
 			}
 			c := o.container(t)
-			if c.Image != "podwire/podwire-agent:dev" {
-				t.Errorf("image %q", c.Image)
+			if !regexp.MustCompile(`^ghcr\.io/podwire/podwire-agent:v\d+\.\d+\.\d+$`).MatchString(c.Image) {
+				t.Errorf("image %q, want the project's, tagged with the appVersion", c.Image)
 			}
 			sc := c.SecurityContext
 			if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
@@ -329,11 +329,11 @@ func TestRender(t *testing.T) {
 			}
 		},
 	}, {
-		name: "tag defaults to appVersion",
-		set:  []string{`image.tag=""`},
+		name: "tag",
+		set:  []string{`image.tag="v0.1.0-12-g15c26ea"`},
 		check: func(t *testing.T, o *objects) {
-			if c := o.container(t); !regexp.MustCompile(`^podwire/podwire-agent:v\d+\.\d+\.\d+$`).MatchString(c.Image) {
-				t.Errorf("image %q, want the appVersion's tag", c.Image)
+			if c := o.container(t); c.Image != "ghcr.io/podwire/podwire-agent:v0.1.0-12-g15c26ea" {
+				t.Errorf("image %q", c.Image)
 			}
 		},
 	}, {
