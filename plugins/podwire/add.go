@@ -19,9 +19,11 @@ import (
 const agentTimeout = 5 * time.Second
 
 // cmdAdd: annotations → gates → node snapshot → pure plan → record written
-// (incomplete) → node tables ensured → every step's add → the attachment's
-// elements in one batch → record complete → result. Any failure after the
-// record rolls back what ran (teardown).
+// (incomplete) → node tables ensured → VLAN port → forwarding → the
+// attachment's elements in one batch → record complete → announcements →
+// result. Any failure after the record is written rolls back with teardown,
+// exactly what DEL does from the record (every undo is idempotent: a DEL
+// after a crash at any point runs it too).
 func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	s, err := p.newSession(args, "ADD")
 	if err != nil {
@@ -45,7 +47,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		// nothing it made is left unrecorded (and its names are free for
 		// the plan).
 		s.log.Warn("ADD for an attachment that exists: removing the old one first")
-		if err := s.attach(old).teardown(len(steps)); err != nil {
+		if err := s.attach(old).teardown(); err != nil {
 			return err
 		}
 	}
@@ -59,11 +61,10 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if err := s.store.Put(x.rec); err != nil {
 		return err
 	}
-	ran := 0
 	success := false
 	defer func() {
 		if !success {
-			if err := x.teardown(ran); err != nil {
+			if err := x.teardown(); err != nil {
 				x.log.Error("rollback incomplete", "error", err)
 			}
 		}
@@ -72,17 +73,15 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if err := s.ensureTables(plan.tables); err != nil {
 		return err
 	}
-	for _, st := range steps {
-		ran++
-		a, ok := st.(adder)
-		if !ok {
-			continue
-		}
-		if err := a.add(x); err != nil {
-			x.log.Error("ADD failed", "step", st.name(), "error", err)
-			return fmt.Errorf("%s: %w", st.name(), err)
-		}
+	if err := x.addVLAN(); err != nil {
+		x.log.Error("ADD failed", "concern", "vlan", "error", err)
+		return fmt.Errorf("vlan: %w", err)
 	}
+	if err := x.addForwarding(); err != nil {
+		x.log.Error("ADD failed", "concern", "forwarding", "error", err)
+		return fmt.Errorf("forwarding: %w", err)
+	}
+	x.warnNodeTables()
 	if len(plan.elems) > 0 {
 		c, err := s.conn()
 		if err != nil {
@@ -103,6 +102,8 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	success = true
+	// Last, best effort: the pod is wired and checked.
+	x.announce()
 	x.log.Info("ADD done", "forwarding", x.rec.Forwarding, "hostIf", x.rec.HostIfName, "addresses", x.rec.Addresses)
 	return types.PrintResult(x.res, s.conf.CNIVersion)
 }
@@ -124,11 +125,12 @@ func (s *session) resolveAnnotations(in *planInput) error {
 	return nil
 }
 
-// teardown undoes an attachment from its record: the set elements, then the
-// deleters among the first n steps in reverse, then the record, under the
-// node lock. It carries on past errors and returns them all; "not found" is
-// success throughout.
-func (x *invocation) teardown(n int) error {
+// teardown undoes an attachment from its record, in the reverse of ADD's
+// order: the set elements, forwarding, the VLAN port, then the record,
+// under the node lock. It carries on past errors and returns them all;
+// "not found" is success throughout, so it is also ADD's rollback whatever
+// ADD had made.
+func (x *invocation) teardown() error {
 	unlock, err := x.lock.Lock()
 	if err != nil {
 		return err
@@ -142,12 +144,11 @@ func (x *invocation) teardown(n int) error {
 			errs = append(errs, err)
 		}
 	}
-	for i := n - 1; i >= 0; i-- {
-		if d, ok := steps[i].(deleter); ok {
-			if err := d.del(x); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", steps[i].name(), err))
-			}
-		}
+	if err := x.delForwarding(); err != nil {
+		errs = append(errs, fmt.Errorf("forwarding: %w", err))
+	}
+	if err := x.delVLAN(); err != nil {
+		errs = append(errs, fmt.Errorf("vlan: %w", err))
 	}
 	if err := x.store.ClearUnchecked(x.rec); err != nil {
 		errs = append(errs, err)

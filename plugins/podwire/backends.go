@@ -13,7 +13,7 @@ import (
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-// links is the netlink side of the node that the steps read and change: in
+// links is the netlink side of the node that the concerns read and change: in
 // the node's netns unless a netns path is named. linuxLinks is the kernel's
 // (dumps through netlinksafe); the verb tests use a fake.
 type links interface {

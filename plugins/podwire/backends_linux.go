@@ -20,7 +20,7 @@ import (
 )
 
 // portUpTimeout bounds the wait for a bridge port to forward before the
-// announcement (the link watch work usually ran long before the neigh step).
+// announcement (the link watch work usually ran long before the announcement).
 const portUpTimeout = 200 * time.Millisecond
 
 // linuxLinks is links over the kernel of the calling thread's netns.

@@ -12,8 +12,8 @@ import (
 )
 
 // cmdCheck verifies podwire's own resources for the attachment: the record,
-// the node tables, the set elements and every step's links, routes and
-// sysctls. Anything missing or wrong is an error naming it.
+// the node tables, the set elements, the host veth, the VLAN port and the
+// forwarding routes and sysctls. Anything missing or wrong is an error naming it.
 func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 	s, err := p.newSession(args, "CHECK")
 	if err != nil {
@@ -52,12 +52,14 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	for _, st := range steps {
-		if c, ok := st.(checker); ok {
-			if err := c.check(x); err != nil {
-				return fmt.Errorf("%s: %w", st.name(), err)
-			}
-		}
+	if err := x.checkPrimary(); err != nil {
+		return fmt.Errorf("primary: %w", err)
+	}
+	if err := x.checkVLAN(); err != nil {
+		return fmt.Errorf("vlan: %w", err)
+	}
+	if err := x.checkForwarding(); err != nil {
+		return fmt.Errorf("forwarding: %w", err)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	if rec.Netns == "" || args.Netns != "" {
 		rec.Netns = args.Netns // the runtime's current view wins
 	}
-	if err := s.attach(rec).teardown(len(steps)); err != nil {
+	if err := s.attach(rec).teardown(); err != nil {
 		s.log.Error("DEL incomplete", "error", err)
 		return err
 	}

@@ -49,7 +49,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 		}
 		x := s.attach(rec)
 		x.log = s.log.With("gcContainerID", rec.ContainerID, "gcIfname", rec.IfName)
-		if err := x.teardown(len(steps)); err != nil {
+		if err := x.teardown(); err != nil {
 			errs = append(errs, fmt.Errorf("attachment %s: %w", rec.Key(), err))
 			continue
 		}

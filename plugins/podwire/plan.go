@@ -18,7 +18,7 @@ import (
 
 // nodeEnv is the node as one ADD sees it, read once before planning
 // (readEnv): everything a plan depends on besides its input. A read that
-// failed is kept as its error, for the step that needs it to return.
+// failed is kept as its error, for the concern that needs it to return.
 type nodeEnv struct {
 	// tables are the default-route uplinks and egress IPs
 	// (nodetables.ReadEnv).
@@ -62,10 +62,13 @@ type attachmentPlan struct {
 	elems  nft.Elements
 }
 
-// planAttachment plans an ADD from in, asking every step's plan in ADD order.
-// It is pure: the same input gives the same plan. Its errors are the
-// refusals of a step (a name clash, an unusable bridge or uplink, a route
-// outside the gates) and the reads of env a step needed that failed.
+// planAttachment plans an ADD from in, concern by concern: what the primary
+// made (every other concern keys on its host veth), the VLAN attachment,
+// forwarding, the source check (which leaves forwarding pods and pods it
+// cannot check out) and the node tables. It is pure: the same input gives
+// the same plan. Its errors are the refusals of a concern (a name clash,
+// an unusable bridge or uplink, a route outside the gates) and the reads of
+// env a concern needed that failed.
 func planAttachment(in *planInput) (*attachmentPlan, error) {
 	rec := &state.Record{
 		ContainerID: in.containerID, IfName: in.ifName, Netns: in.netns,
@@ -73,12 +76,18 @@ func planAttachment(in *planInput) (*attachmentPlan, error) {
 		PodNamespace: in.pod.Namespace, PodName: in.pod.Name, PodUID: in.pod.UID,
 		AnnotationSource: in.source,
 	}
-	for _, s := range steps {
-		if p, ok := s.(planner); ok {
-			if err := p.plan(in, rec); err != nil {
-				return nil, fmt.Errorf("%s: %w", s.name(), err)
-			}
-		}
+	if err := planPrimary(in, rec); err != nil {
+		return nil, fmt.Errorf("primary: %w", err)
+	}
+	if err := planVLAN(in, rec); err != nil {
+		return nil, fmt.Errorf("vlan: %w", err)
+	}
+	if err := planForwarding(in, rec); err != nil {
+		return nil, fmt.Errorf("forwarding: %w", err)
+	}
+	planSourceCheck(in, rec)
+	if err := planNodeTables(in, rec); err != nil {
+		return nil, fmt.Errorf("nodetables: %w", err)
 	}
 	return &attachmentPlan{
 		rec:    rec,

@@ -18,38 +18,6 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// step is one concern of podwire (source check, forwarding, VLAN, ...). It
-// implements only the phases it has, each an optional interface found by
-// type assertion:
-//   - planner: fill the record from the plan input; pure (plan.go);
-//   - adder: make what the record says, in ADD order;
-//   - deleter: undo it from the record alone (DEL, GC, rollback), in
-//     reverse order; "not found" is success;
-//   - checker: verify it (CHECK).
-//
-// The set elements and tables of every step are pkg/ruleset's, applied by
-// the verbs.
-type step interface{ name() string }
-
-type (
-	planner interface {
-		plan(in *planInput, rec *state.Record) error
-	}
-	adder   interface{ add(x *invocation) error }
-	deleter interface{ del(x *invocation) error }
-	checker interface{ check(x *invocation) error }
-)
-
-// steps are podwire's concerns in ADD order.
-var steps = []step{
-	primaryStep{},
-	vlanStep{},
-	forwardingStep{},
-	sourceCheckStep{},
-	nodeTablesStep{},
-	neighStep{},
-}
-
 // plugin is podwire run by a runtime, with its backends; main wires the
 // real ones, tests fakes.
 type plugin struct {

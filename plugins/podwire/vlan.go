@@ -14,13 +14,11 @@ import (
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-// vlanStep wires a pod that asks for a VLAN (annotation podwire.io/vlan or
+// A pod that asks for a VLAN (annotation podwire.io/vlan or
 // podwire.io/vlan-trunk, else the config's vlan/vlanTrunk) onto the node
 // bridge: a veth pair whose host end is an access or trunk port, and the
-// uplink trunk carrying every VLAN a pod uses. Its state is rec.VLAN.
-type vlanStep struct{}
-
-func (vlanStep) name() string { return "vlan" }
+// uplink trunk carrying every VLAN a pod uses, is wired onto the node
+// bridge. Its state is rec.VLAN.
 
 // wantedVLAN is the VLAN attachment in asks for before the node is
 // consulted (names, VLANs, the config's MTU), nil for none; readEnv reads
@@ -64,10 +62,10 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 	return v, nil
 }
 
-// plan decides the attachment and refuses, before anything changes, a name
+// planVLAN decides the attachment and refuses, before anything changes, a name
 // clash, a foreign bridge without VLAN filtering and an uplink with a global
 // address.
-func (vlanStep) plan(in *planInput, rec *state.Record) error {
+func planVLAN(in *planInput, rec *state.Record) error {
 	v, err := wantedVLAN(in)
 	if err != nil || v == nil {
 		return err
@@ -106,10 +104,10 @@ func port(v *state.VLANAttachment, netns string) *vlanbridge.Port {
 	}
 }
 
-// add makes the bridge and the uplink trunk and adds the pod's VLANs to the
+// addVLAN makes the bridge and the uplink trunk and adds the pod's VLANs to the
 // uplink under the node lock (these are shared by every pod, and DEL counts
 // the uplink's VLAN users from the records under it), then the pod's port.
-func (vlanStep) add(x *invocation) error {
+func (x *invocation) addVLAN() error {
 	v := x.rec.VLAN
 	if v == nil {
 		return nil
@@ -141,10 +139,10 @@ func (vlanStep) add(x *invocation) error {
 	return nil
 }
 
-// del removes the veth pair and the uplink VLANs no other record uses. It
+// delVLAN removes the veth pair and the uplink VLANs no other record uses. It
 // runs under the node lock (teardown holds it). A veth that is gone went with
 // the pod's netns: success.
-func (vlanStep) del(x *invocation) error {
+func (x *invocation) delVLAN() error {
 	v := x.rec.VLAN
 	if v == nil {
 		return nil
@@ -194,10 +192,10 @@ func unusedUplinkVLANs(x *invocation, v *state.VLANAttachment) ([]uint16, error)
 	return out, nil
 }
 
-// check verifies the bridge (VLAN filtering, nf_call_* off when ours), the
+// checkVLAN verifies the bridge (VLAN filtering, nf_call_* off when ours), the
 // port's VLANs and MTU, the pod interface with its addresses, and the uplink
 // carrying the pod's VLANs.
-func (vlanStep) check(x *invocation) error {
+func (x *invocation) checkVLAN() error {
 	v := x.rec.VLAN
 	if v == nil {
 		return nil

@@ -11,17 +11,14 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// forwardingStep makes an admitted forwarding pod forward (pkg/forwarding):
+// An admitted forwarding pod is made to forward (pkg/forwarding):
 // forwarding on and rp_filter off in its netns, rp_filter off on its host
 // interface (old value recorded, restored on DEL), and the node routes of
-// podwire.io/routes via the pod's address. The source-check step leaves
+// podwire.io/routes via the pod's address. The source check leaves
 // forwarding pods out of its sets. The gates ran before (podmeta.Admit).
-type forwardingStep struct{}
 
-func (forwardingStep) name() string { return "forwarding" }
-
-// plan runs after primaryStep's: it keys on rec.HostIfName.
-func (forwardingStep) plan(in *planInput, rec *state.Record) error {
+// planForwarding keys on rec.HostIfName: planPrimary runs first.
+func planForwarding(in *planInput, rec *state.Record) error {
 	rec.Forwarding = in.ann.Forwarding
 	if in.ann.Forwarding && rec.HostIfName != "" {
 		if in.env.hostRPFilterErr != nil {
@@ -45,7 +42,9 @@ func (forwardingStep) plan(in *planInput, rec *state.Record) error {
 	return nil
 }
 
-func (forwardingStep) add(x *invocation) error {
+// addForwarding turns forwarding on in the pod, rp_filter off on its host
+// interface, and adds the node routes.
+func (x *invocation) addForwarding() error {
 	if x.rec.Forwarding {
 		if w := x.sysctls.rpFilterWarning(); w != "" {
 			x.log.Warn(w)
@@ -62,11 +61,11 @@ func (forwardingStep) add(x *invocation) error {
 	return x.links.addRoutes(x.rec.Routes)
 }
 
-// del removes the routes and restores the host-side rp_filter. A route, an
+// delForwarding removes the routes and restores the host-side rp_filter. A route, an
 // interface or a sysctl that is gone is success: the primary plugin may have
 // deleted the veth already. The pod netns needs nothing: its sysctls go with
 // it.
-func (forwardingStep) del(x *invocation) error {
+func (x *invocation) delForwarding() error {
 	var errs []error
 	if err := x.links.delRoutes(x.rec.Routes); err != nil {
 		errs = append(errs, err)
@@ -82,7 +81,9 @@ func (forwardingStep) del(x *invocation) error {
 	return errors.Join(errs...)
 }
 
-func (forwardingStep) check(x *invocation) error {
+// checkForwarding verifies the routes and, for a forwarding pod, the
+// sysctls on both sides.
+func (x *invocation) checkForwarding() error {
 	if err := x.links.checkRoutes(x.rec.Routes); err != nil {
 		return err
 	}

@@ -6,14 +6,13 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// primaryStep records what the primary plugin made: the host veth and the
-// pod's addresses, which the other steps key their work on. The primary
-// plugin owns the veth: nothing of ours to add or delete.
-type primaryStep struct{}
+// The primary plugin's attachment: the host veth, the bridge it is a port
+// of (if any) and the pod's addresses, which every other concern keys its
+// work on. The primary plugin owns the veth: nothing of ours to add or
+// delete.
 
-func (primaryStep) name() string { return "primary" }
-
-func (primaryStep) plan(in *planInput, rec *state.Record) error {
+// planPrimary records what the primary plugin made.
+func planPrimary(in *planInput, rec *state.Record) error {
 	if in.env.primaryErr != nil {
 		return in.env.primaryErr
 	}
@@ -24,7 +23,8 @@ func (primaryStep) plan(in *planInput, rec *state.Record) error {
 	return nil
 }
 
-func (primaryStep) check(x *invocation) error {
+// checkPrimary verifies the host veth is still there.
+func (x *invocation) checkPrimary() error {
 	if x.rec.HostIfName == "" {
 		return nil
 	}
