@@ -13,16 +13,21 @@ import (
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-// links is the netlink side of the node that the concerns read and change: in
-// the node's netns unless a netns path is named. linuxLinks is the kernel's
-// (dumps through netlinksafe); the verb tests use a fake.
-type links interface {
+// The node's side of the concerns, one narrow interface each, so that a
+// concern reaches only what it needs and a test fakes only that. The Linux
+// implementation of all four is linuxLinks (netlink in the calling thread's
+// netns unless a pod netns is named; dumps through netlinksafe).
+
+// nodeReader reads what planning, CHECK and STATUS depend on; it changes
+// nothing.
+type nodeReader interface {
 	// tablesEnv reads what the node tables depend on (nodetables.ReadEnv).
 	tablesEnv(conf *config.NetConf) nodetables.Env
 	// tableWarnings are env's warnings plus an egress IP that is not on
 	// the node (nodetables.EnvWarnings: a route lookup per egress IP).
 	tableWarnings(env nodetables.Env) []string
-	// primary finds what the primary plugin made (primary.FromResult).
+	// primary finds what the primary plugin made (primary.FromResult,
+	// then primary.PortOf for the bridge the host veth is a port of).
 	primary(prevResult *current.Result, ifName, netns string) (*primary.Attachment, error)
 	// linkExists fails when the interface name is not in the node's netns.
 	linkExists(name string) error
@@ -32,11 +37,18 @@ type links interface {
 	// vlanEnv reads what planning a VLAN port p with uplink ("" for none)
 	// depends on.
 	vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv
+}
 
+// routeTable holds the node routes to forwarding pods (podwire.io/routes).
+type routeTable interface {
 	addRoutes(routes []forwarding.Route) error
 	delRoutes(routes []forwarding.Route) error
 	checkRoutes(routes []forwarding.Route) error
+}
 
+// vlanWiring makes and removes the node bridge, the uplink trunk and the
+// pods' VLAN ports (pkg/vlanbridge).
+type vlanWiring interface {
 	// ensureTrunk makes the bridge and enslaves the uplink ("" for none)
 	// carrying vids tagged; the caller holds the node lock.
 	ensureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error)
@@ -47,10 +59,12 @@ type links interface {
 	// checkVLAN verifies the bridge, the port p and the uplink ("" for
 	// none) carrying vids.
 	checkVLAN(p *vlanbridge.Port, uplink string, vids []uint16) error
+}
 
-	// announce has the kernel announce the pod interfaces of ifs whose
-	// host side shares an L2 segment (package neigh); best effort, each
-	// failure logged.
+// announcer has the kernel announce the pod interfaces of ifs whose host
+// side shares an L2 segment (package neigh); best effort, each failure
+// logged.
+type announcer interface {
 	announce(netns string, ifs []podHostIf, log *slog.Logger)
 }
 

@@ -23,7 +23,8 @@ import (
 // announcement (the link watch work usually ran long before the announcement).
 const portUpTimeout = 200 * time.Millisecond
 
-// linuxLinks is links over the kernel of the calling thread's netns.
+// linuxLinks is nodeReader, routeTable, vlanWiring and announcer over the
+// kernel of the calling thread's netns.
 type linuxLinks struct{}
 
 func (linuxLinks) tablesEnv(conf *config.NetConf) nodetables.Env { return nodetables.ReadEnv(conf) }

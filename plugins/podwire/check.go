@@ -34,7 +34,7 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 	}
 	x := s.attach(rec)
 	x.res = s.conf.Result
-	if want := ruleset.Tables(s.conf, p.links.tablesEnv(s.conf)); len(want) > 0 {
+	if want := ruleset.Tables(s.conf, p.node.tablesEnv(s.conf)); len(want) > 0 {
 		c, err := s.conn()
 		if err != nil {
 			return err

@@ -40,7 +40,7 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 	}
 	res := cliapi.RepairResult{Conflist: from, Tables: []string{}}
 	p := linuxPlugin()
-	env := p.links.tablesEnv(conf)
+	env := p.node.tablesEnv(conf)
 	want := ruleset.Tables(conf, env)
 	for _, t := range want {
 		res.Tables = append(res.Tables, t.ID().String())

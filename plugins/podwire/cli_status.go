@@ -127,7 +127,7 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	}
 
 	p := linuxPlugin()
-	env := p.links.tablesEnv(conf)
+	env := p.node.tablesEnv(conf)
 	if err := st.readTables(p, conf, env); err != nil {
 		st.Warnings = append(st.Warnings, err.Error())
 	}

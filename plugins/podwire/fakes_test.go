@@ -8,6 +8,7 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/forwarding"
@@ -15,37 +16,51 @@ import (
 	"github.com/podwire/podwire/pkg/nft/nftfake"
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/primary"
+	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-// fakeLinks is the node's links and routes in memory. Making VLAN ports
-// and trunks is not faked (the embedded nil interface panics; the VM suite
-// proves it); what DEL removes of them is recorded.
+// fakeLinks is the node's links, routes and announcements in memory: a
+// nodeReader, routeTable and announcer.
 type fakeLinks struct {
-	links
 	hostIfs   map[string]bool
 	routes    map[string]bool
 	announced []podHostIf
 	// failAddRoutes makes addRoutes fail after adding nothing.
 	failAddRoutes error
-	// deletedPorts and removedVLANs are what DEL asked of the VLAN
-	// wiring (uplink -> VLAN IDs); the wiring itself is proven in the VM
-	// suite.
+}
+
+// fakeVLAN is the VLAN wiring: making bridges, trunks and ports is not
+// faked (it fails, saying so: the VM suite proves it); what DEL removes is
+// recorded: deletedPorts, and removedVLANs (uplink -> VLAN IDs).
+type fakeVLAN struct {
 	deletedPorts []string
 	removedVLANs map[string][]uint16
 }
 
-func (f *fakeLinks) deletePort(hostVeth string) error {
+var errVLANNotFaked = errors.New("VLAN wiring is not faked: the VM suite proves it")
+
+func (f *fakeVLAN) ensureTrunk(string, string, []uint16) (*netlink.Bridge, error) {
+	return nil, errVLANNotFaked
+}
+
+func (f *fakeVLAN) createPort(*netlink.Bridge, *vlanbridge.Port) (*vlanbridge.Created, error) {
+	return nil, errVLANNotFaked
+}
+
+func (f *fakeVLAN) checkVLAN(*vlanbridge.Port, string, []uint16) error { return errVLANNotFaked }
+
+func (f *fakeVLAN) deletePort(hostVeth string) error {
 	f.deletedPorts = append(f.deletedPorts, hostVeth)
 	return nil
 }
 
-func (f *fakeLinks) removeUplinkVLANs(uplink string, vids []uint16) error {
+func (f *fakeVLAN) removeUplinkVLANs(uplink string, vids []uint16) error {
 	f.removedVLANs[uplink] = append(f.removedVLANs[uplink], vids...)
 	return nil
 }
 
 func newFakeLinks(hostIfs ...string) *fakeLinks {
-	f := &fakeLinks{hostIfs: map[string]bool{}, routes: map[string]bool{}, removedVLANs: map[string][]uint16{}}
+	f := &fakeLinks{hostIfs: map[string]bool{}, routes: map[string]bool{}}
 	for _, n := range hostIfs {
 		f.hostIfs[n] = true
 	}
@@ -187,3 +202,7 @@ func present(c *nftfake.Conn, e nft.Elements) nft.Elements {
 	}
 	return out
 }
+
+// vlanEnv: no name clash, no bridge yet, no uplink MTU (an ADD that needs
+// the VLAN wiring then fails in fakeVLAN, saying it is not faked).
+func (f *fakeLinks) vlanEnv(*vlanbridge.Port, string) vlanEnv { return vlanEnv{} }

@@ -58,7 +58,7 @@ func (x *invocation) addForwarding() error {
 			return err
 		}
 	}
-	return x.links.addRoutes(x.rec.Routes)
+	return x.routes.addRoutes(x.rec.Routes)
 }
 
 // delForwarding removes the routes and restores the host-side rp_filter. A route, an
@@ -67,7 +67,7 @@ func (x *invocation) addForwarding() error {
 // it.
 func (x *invocation) delForwarding() error {
 	var errs []error
-	if err := x.links.delRoutes(x.rec.Routes); err != nil {
+	if err := x.routes.delRoutes(x.rec.Routes); err != nil {
 		errs = append(errs, err)
 	}
 	if x.rec.HostIfName != "" {
@@ -84,7 +84,7 @@ func (x *invocation) delForwarding() error {
 // checkForwarding verifies the routes and, for a forwarding pod, the
 // sysctls on both sides.
 func (x *invocation) checkForwarding() error {
-	if err := x.links.checkRoutes(x.rec.Routes); err != nil {
+	if err := x.routes.checkRoutes(x.rec.Routes); err != nil {
 		return err
 	}
 	if !x.rec.Forwarding {

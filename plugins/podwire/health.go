@@ -44,9 +44,9 @@ func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func
 	}
 	h.Warnings = append(h.Warnings, conf.Warnings...)
 	if conf.Uplink != "" {
-		if err := p.links.linkExists(conf.Uplink); err != nil {
+		if err := p.node.linkExists(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink %q missing: the ADD of pods that need a VLAN fails until it is back; other pods are not affected", conf.Uplink))
-		} else if err := p.links.checkUplink(conf.Uplink); err != nil {
+		} else if err := p.node.checkUplink(conf.Uplink); err != nil {
 			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err))
 		}
 	}
@@ -55,7 +55,7 @@ func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func
 			h.Warnings = append(h.Warnings, w)
 		}
 	}
-	h.Warnings = append(h.Warnings, p.links.tableWarnings(env)...)
+	h.Warnings = append(h.Warnings, p.node.tableWarnings(env)...)
 	h.Warnings = append(h.Warnings, uncheckedWarnings(conf.StateDir)...)
 	return h
 }

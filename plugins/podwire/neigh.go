@@ -17,6 +17,6 @@ func (x *invocation) announce() {
 		ifs = append(ifs, podHostIf{v.PodIfName, v.HostVeth})
 	}
 	if len(ifs) > 0 {
-		x.links.announce(x.args.Netns, ifs, x.log)
+		x.neigh.announce(x.args.Netns, ifs, x.log)
 	}
 }

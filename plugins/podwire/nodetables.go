@@ -23,7 +23,7 @@ func (x *invocation) warnNodeTables() {
 	if x.conf.ProbeSNAT == nil && !x.conf.EgressEnabled() {
 		return
 	}
-	for _, w := range x.links.tableWarnings(x.env.tables) {
+	for _, w := range x.node.tableWarnings(x.env.tables) {
 		x.log.Warn(w)
 	}
 }

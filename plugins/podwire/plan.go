@@ -99,14 +99,14 @@ func planAttachment(in *planInput) (*attachmentPlan, error) {
 // readEnv reads the node snapshot for planning an ADD of in (in.env is
 // ignored): only what the plan of this pod can depend on.
 func (p *plugin) readEnv(in *planInput) nodeEnv {
-	env := nodeEnv{tables: p.links.tablesEnv(in.conf)}
-	env.primary, env.primaryErr = p.links.primary(in.prevResult, in.ifName, in.netns)
+	env := nodeEnv{tables: p.node.tablesEnv(in.conf)}
+	env.primary, env.primaryErr = p.node.primary(in.prevResult, in.ifName, in.netns)
 	if in.ann.Forwarding && env.primaryErr == nil && env.primary.HostIfName != "" {
 		env.hostRPFilter, env.hostRPFilterErr = p.sysctls.get(forwarding.RPFilterKey(env.primary.HostIfName))
 	}
 	// A VLAN the pod may not have is the plan's refusal: nothing to read.
 	if v, err := wantedVLAN(in); err == nil && v != nil {
-		env.vlan = p.links.vlanEnv(port(v, in.netns), v.Uplink)
+		env.vlan = p.node.vlanEnv(port(v, in.netns), v.Uplink)
 	}
 	return env
 }

@@ -24,7 +24,10 @@ type plugin struct {
 	// dialNFT opens the nftables connection, once per invocation and only
 	// when the tables are touched.
 	dialNFT func() (nft.Conn, error)
-	links   links
+	node    nodeReader
+	routes  routeTable
+	vlan    vlanWiring
+	neigh   announcer
 	sysctls sysctls
 }
 
@@ -32,7 +35,10 @@ type plugin struct {
 func linuxPlugin() *plugin {
 	return &plugin{
 		dialNFT: func() (nft.Conn, error) { return nft.Dial() },
-		links:   linuxLinks{},
+		node:    linuxLinks{},
+		routes:  linuxLinks{},
+		vlan:    linuxLinks{},
+		neigh:   linuxLinks{},
 		sysctls: linuxSysctls{},
 	}
 }

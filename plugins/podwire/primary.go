@@ -28,7 +28,7 @@ func (x *invocation) checkPrimary() error {
 	if x.rec.HostIfName == "" {
 		return nil
 	}
-	if err := x.links.linkExists(x.rec.HostIfName); err != nil {
+	if err := x.node.linkExists(x.rec.HostIfName); err != nil {
 		return fmt.Errorf("host interface %q of the pod: %w", x.rec.HostIfName, err)
 	}
 	return nil

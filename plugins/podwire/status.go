@@ -19,7 +19,7 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	env := p.links.tablesEnv(s.conf)
+	env := p.node.tablesEnv(s.conf)
 	h := p.readHealth(s.conf, env, s.nftOK(env))
 	if len(h.Unavailable) > 0 {
 		// Logged each time: the node is NotReady until this is fixed.

@@ -35,6 +35,7 @@ type testNode struct {
 	nft     *nftfake.Conn
 	conn    nft.Conn // what dialNFT returns: nft, or a flaky wrapper
 	links   *fakeLinks
+	vlan    *fakeVLAN
 	sysctls *fakeSysctls
 	dir     string
 	log     string
@@ -51,10 +52,14 @@ func newTestNode(t *testing.T) *testNode {
 	n := &testNode{t: t, nft: &nftfake.Conn{}, dir: filepath.Join(tmp, "state"), log: filepath.Join(tmp, "podwire.log")}
 	n.conn = n.nft
 	n.links = newFakeLinks()
+	n.vlan = &fakeVLAN{removedVLANs: map[string][]uint16{}}
 	n.sysctls = newFakeSysctls()
 	n.p = &plugin{
 		dialNFT: func() (nft.Conn, error) { return n.conn, nil },
-		links:   n.links,
+		node:    n.links,
+		routes:  n.links,
+		vlan:    n.vlan,
+		neigh:   n.links,
 		sysctls: n.sysctls,
 	}
 	return n
@@ -404,11 +409,11 @@ func TestDelKeepsVLANsOfUnreadableRecords(t *testing.T) {
 			if err := n.del("1.0.0", p, false, false); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			if got := n.links.removedVLANs["eth1"]; fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			if got := n.vlan.removedVLANs["eth1"]; fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("VLANs removed from eth1: %v, want %v", got, tc.want)
 			}
-			if fmt.Sprint(n.links.deletedPorts) != "[pw-v]" {
-				t.Errorf("ports deleted: %v, want [pw-v]", n.links.deletedPorts)
+			if fmt.Sprint(n.vlan.deletedPorts) != "[pw-v]" {
+				t.Errorf("ports deleted: %v, want [pw-v]", n.vlan.deletedPorts)
 			}
 		})
 	}

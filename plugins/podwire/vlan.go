@@ -116,12 +116,12 @@ func (x *invocation) addVLAN() error {
 	if err != nil {
 		return err
 	}
-	br, err := x.links.ensureTrunk(v.Bridge, v.Uplink, v.VLANs())
+	br, err := x.vlan.ensureTrunk(v.Bridge, v.Uplink, v.VLANs())
 	unlock()
 	if err != nil {
 		return err
 	}
-	c, err := x.links.createPort(br, port(v, x.args.Netns))
+	c, err := x.vlan.createPort(br, port(v, x.args.Netns))
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (x *invocation) delVLAN() error {
 		return nil
 	}
 	var errs []error
-	if err := x.links.deletePort(v.HostVeth); err != nil {
+	if err := x.vlan.deletePort(v.HostVeth); err != nil {
 		errs = append(errs, err)
 	}
 	if v.Uplink != "" {
@@ -156,7 +156,7 @@ func (x *invocation) delVLAN() error {
 			errs = append(errs, err)
 		} else if len(unused) == 0 {
 			// Every VLAN of the pod is still someone's.
-		} else if err := x.links.removeUplinkVLANs(v.Uplink, unused); err != nil {
+		} else if err := x.vlan.removeUplinkVLANs(v.Uplink, unused); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -200,5 +200,5 @@ func (x *invocation) checkVLAN() error {
 	if v == nil {
 		return nil
 	}
-	return x.links.checkVLAN(port(v, x.args.Netns), v.Uplink, v.VLANs())
+	return x.vlan.checkVLAN(port(v, x.args.Netns), v.Uplink, v.VLANs())
 }
