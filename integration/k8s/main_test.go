@@ -37,9 +37,12 @@ var (
 	podwireBin   string
 	podwireImage string // bin/podwire-image.tar of `make image`
 	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
-	podwireEntry []byte // podwire's entry, in the ConfigMap podwire-config
-	stateDir     string // the node's /run/podwire, seen from the host
-	readiness    *readinessMonitor
+	// podwirePinned is the image pushed to the run's registry, by digest:
+	// 127.0.0.1:5000/podwire/podwire-agent:VERSION@sha256:...
+	podwirePinned string
+	podwireEntry  []byte // podwire's entry, in the ConfigMap podwire-config
+	stateDir      string // the node's /run/podwire, seen from the host
+	readiness     *readinessMonitor
 )
 
 // Test addresses, all inside the run's namespaces.
@@ -169,11 +172,11 @@ func podwireConfig() map[string]any {
 const agentNS = "podwire-system"
 
 // deployPodwire installs podwire as a cluster operator does: the image
-// (`make image`) imported into the node's containerd, podwire's entry in the
+// (`make image`) pushed to a registry (pushImage), podwire's entry in the
 // ConfigMap podwire-config, the apiserver's address in the ConfigMap
 // kubernetes-services-endpoint (this cluster runs no kube-proxy, so the
 // kubernetes Service does not route), then deploy/ applied with its image
-// set to the one under test (as an operator sets their own build's). The
+// set to the pushed one, pinned by digest (as the README tells). The
 // DaemonSet's agent installs the plugin binary into the node's /opt/cni/bin
 // and chains podwire into the primary's 0.3.1 conflist. It returns once
 // containerd has loaded the chain and the agent has written the node's
@@ -185,7 +188,7 @@ func deployPodwire(ctx context.Context) error {
 		return err
 	}
 	stateDir = c.NodePath("/run/podwire")
-	if err := c.ImportImage(ctx, podwireImage); err != nil {
+	if podwirePinned, err = pushImage(ctx); err != nil {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(deployDir, "00-namespace.yaml")); err != nil {
@@ -203,18 +206,26 @@ func deployPodwire(ctx context.Context) error {
 	if err := applyDeploy(ctx); err != nil {
 		return err
 	}
+	// The kubelet pulled the pushed index from the run's registry (nothing
+	// was imported): the agent container's image ID is its digest there.
+	ids, err := c.Kubectl(ctx, "", "-n", agentNS, "get", "pods",
+		"-o", "jsonpath={.items[*].status.containerStatuses[*].imageID}")
+	want := cluster.RegistryHost + "/podwire/podwire-agent@" + podwirePinned[strings.LastIndex(podwirePinned, "@")+1:]
+	if err != nil || strings.TrimSpace(ids) != want {
+		return fmt.Errorf("the agent runs image %q, want %s: %v", ids, want, err)
+	}
 	if err := waitCNIConfig(ctx, true); err != nil {
 		return err
 	}
 	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
 }
 
-// applyDeploy applies deploy/ with the image under test (deployManifests)
+// applyDeploy applies deploy/ with the image pushed (deployManifests)
 // and waits for the DaemonSet's rollout: the agent is Ready (informers
 // synced, podwire in the chain).
 func applyDeploy(ctx context.Context) error {
 	start := time.Now()
-	manifests, err := deployManifests(podwireRef)
+	manifests, err := deployManifests(podwirePinned)
 	if err != nil {
 		return err
 	}
@@ -251,6 +262,39 @@ func deployManifests(image string) (string, error) {
 		return "", fmt.Errorf("deploy/ names the podwire-agent image %d times, want once", replaced)
 	}
 	return strings.Join(docs, "\n---\n"), nil
+}
+
+// pushImage pushes the archive of `make image` to the run's registry
+// (cluster.StartRegistry, on the node's loopback) under its version tag
+// with the push command of `make push` (scripts/mkimage push), run in the
+// node's netns, and returns the reference it printed, pinned by digest. The
+// kubelet then pulls it from there through containerd, which unpacks the
+// node's platform of the multi-arch index.
+func pushImage(ctx context.Context) (string, error) {
+	if err := c.StartRegistry(); err != nil {
+		return "", err
+	}
+	i := strings.LastIndex(podwireRef, ":")
+	if i < 0 || strings.Contains(podwireRef[i:], "/") {
+		return "", fmt.Errorf("PODWIRE_IMAGE_REF %q has no tag", podwireRef)
+	}
+	ref := cluster.RegistryHost + "/podwire/podwire-agent" + podwireRef[i:]
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.NodeNetNS, "--",
+		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", podwireImage, ref).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("push of %s to %s: %v\n%s", podwireImage, ref, err, stderr)
+	}
+	pinned := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(pinned, ref+"@sha256:") {
+		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
+	}
+	fmt.Printf("podwire: pushed %s in %.1fs\n", pinned, time.Since(start).Seconds())
+	return pinned, nil
 }
 
 // describeAgent is what tells why the agent's pod is not Ready.

@@ -114,6 +114,8 @@ type Cluster struct {
 	images  runtimeapi.ImageServiceClient
 	api     *http.Client // the apiserver as admin, dialing in the node netns
 
+	registry *http.Server // StartRegistry's, or nil
+
 	cgroupRoot string   // kubelet's cgroupRoot, e.g. /podwire-k8s-123
 	cgroupDirs []string // the cgroupRoot dirs made in each hierarchy
 	hostDirs   []string // host mountpoints made by Start, removed by Stop
@@ -269,6 +271,7 @@ func (c *Cluster) stop() error {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		errs = append(errs, c.end(c.procs[i]))
 	}
+	errs = append(errs, c.stopRegistry())
 	// Shims daemonize away from containerd: end those of this run only.
 	for _, pid := range ProcessesMentioning(c.ContainerdSock) {
 		c.logf("cleanup: killing leftover shim %d", pid)

@@ -123,7 +123,9 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 // containerdConfig is containerd 1.6's config (version 2), shared with the
 // CRI suite (integration/cri) through ContainerdConfig: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
 // the streaming server on the node's loopback; CNI dirs of the run;
-// max_conf_num 1 (the first conflist is the network, as with a kubelet).
+// max_conf_num 1 (the first conflist is the network, as with a kubelet);
+// registry hosts from {{dir}}/certs.d (one hosts.toml per registry, read at
+// each pull: StartRegistry adds the run's plain-HTTP registry there).
 const containerdConfig = `version = 2
 root = "{{dir}}/containerd-root"
 state = "{{dir}}/containerd-state"
@@ -156,6 +158,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       bin_dir = "{{dir}}/cni-bin"
       conf_dir = "{{dir}}/net.d"
       max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "{{dir}}/certs.d"
 `
 
 // ContainerdConfig returns the config of a containerd whose root, state,
