@@ -24,7 +24,7 @@
 // started by the package and ended by PID (containerd's shims too: they are
 // recognised by the run's socket on their command line).
 //
-// The recipe and its traps: /work/shared/k8s-recipe.md.
+// The recipe and its traps: ../shared/k8s-recipe.md (beside the checkout).
 package cluster
 
 import (
