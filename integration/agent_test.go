@@ -237,6 +237,11 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ta.binDir, "podwire")); err != nil {
 		t.Fatalf("plugin binary not installed: %v", err)
 	}
+	// The primary's type, for the plugin's STATUS (which sees only its own
+	// entry): ptp here, whose pods podwire checks without a warning.
+	if typ, err := os.ReadFile(filepath.Join(n.stateDir(), "primary-type")); err != nil || string(typ) != "ptp" {
+		t.Fatalf("stateDir/primary-type: %q %v, want ptp", typ, err)
+	}
 
 	// The primary's installer rewrites its file without podwire.
 	if err := os.WriteFile(confFile, primary, 0o644); err != nil {

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/atomicfile"
 	"github.com/podwire/podwire/pkg/config"
 )
 
@@ -230,6 +231,7 @@ func (a *Agent) syncChain(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	a.writePrimaryType(res.PrimaryType)
 	a.mu.Lock()
 	first := a.status.Conflist == ""
 	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
@@ -349,4 +351,15 @@ func (a *Agent) serveHealth(ctx context.Context) error {
 	go func() { <-ctx.Done(); srv.Close() }()
 	go func() { _ = srv.Serve(ln) }()
 	return nil
+}
+
+// writePrimaryType writes the chain's primary plugin type into stateDir
+// (config.PrimaryTypeName) when it differs from what is there, for the
+// plugin's STATUS (a Cilium primary's pods bypass podwire's check).
+func (a *Agent) writePrimaryType(typ string) {
+	path := filepath.Join(a.cfg.StateDir, config.PrimaryTypeName)
+	if old, err := os.ReadFile(path); err == nil && string(old) == typ {
+		return
+	}
+	a.setErr("primary type", atomicfile.WriteFile(path, []byte(typ), 0o600))
 }

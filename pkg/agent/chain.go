@@ -60,10 +60,12 @@ type Chain struct {
 
 // SyncResult says what Sync found and did.
 type SyncResult struct {
-	// Primary is the primary's conflist; Conflist the file holding podwire.
-	Primary  string
-	Conflist string
-	Mode     string
+	// Primary is the primary's conflist, PrimaryType its first plugin's
+	// type ("flannel", "cilium-cni"); Conflist the file holding podwire.
+	Primary     string
+	PrimaryType string
+	Conflist    string
+	Mode        string
 	// BinaryChanged and ConflistChanged are true when a file was written.
 	BinaryChanged   bool
 	ConflistChanged bool
@@ -84,7 +86,7 @@ func (c *Chain) Sync() (*SyncResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Primary, res.Mode = primary, c.Mode
+	res.Primary, res.PrimaryType, res.Mode = primary, typ, c.Mode
 	if res.Mode == "" || res.Mode == ModeAuto {
 		res.Mode = ModeFor(typ)
 		if filepath.Ext(primary) != ".conflist" {

@@ -25,7 +25,11 @@ import (
 const (
 	DefaultStateDir = "/run/podwire"
 	// AgentSocketName is the node agent's unix socket in stateDir (agentSocket's default).
-	AgentSocketName  = "agent.sock"
+	AgentSocketName = "agent.sock"
+	// PrimaryTypeName is the file in stateDir where the node agent writes
+	// the type of the chain's primary plugin: STATUS, which gets podwire's
+	// entry alone, reads what the primary is from it.
+	PrimaryTypeName  = "primary-type"
 	DefaultBridge    = "podwire0"
 	DefaultPodIfName = "net1"
 

@@ -122,9 +122,6 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	if warn != "" {
 		st.Warnings = append(st.Warnings, warn)
 	}
-	if w := ciliumWarning(from); w != "" {
-		st.Warnings = append(st.Warnings, w)
-	}
 
 	p := linuxPlugin()
 	env := p.node.tablesEnv(conf)
@@ -146,6 +143,9 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 		st.Warnings = append(st.Warnings, "STATUS fails (error 50), no pod can be added: "+u)
 	}
 	st.Warnings = append(st.Warnings, h.Warnings...)
+	if w := ciliumWarning(from); w != "" && !slices.Contains(h.Warnings, w) {
+		st.Warnings = append(st.Warnings, w)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if resp, err := agentapi.Call(ctx, conf.AgentSocket, agentapi.Request{Op: agentapi.OpStatus}); err == nil {
@@ -350,12 +350,9 @@ func describeLink(l cliapi.Link) string {
 	return strings.Join(parts, ", ")
 }
 
-// ciliumWarning warns when the chain in conflist starts with Cilium: with
-// BPF host routing (Cilium's default where the kernel allows it) its tc
-// programs redirect pod traffic past netfilter, so podwire's check never
-// sees it and Cilium's own source-IP verification is what applies. podwire
-// cannot tell the routing mode from the node; STATUS, which gets podwire's
-// entry alone, cannot see the chain.
+// ciliumWarning is primaryWarning for the chain in conflist, for `podwire
+// status` on a node without the agent (with it, readHealth reads the
+// primary's type the agent wrote into stateDir).
 func ciliumWarning(conflist string) string {
 	if conflist == "" {
 		return ""
@@ -369,7 +366,19 @@ func ciliumWarning(conflist string) string {
 			Type string `json:"type"`
 		} `json:"plugins"`
 	}
-	if json.Unmarshal(data, &l) != nil || len(l.Plugins) == 0 || l.Plugins[0].Type != "cilium-cni" {
+	if json.Unmarshal(data, &l) != nil || len(l.Plugins) == 0 {
+		return ""
+	}
+	return primaryWarning(l.Plugins[0].Type)
+}
+
+// primaryWarning warns when the primary plugin is Cilium: with BPF host
+// routing (Cilium's default where the kernel allows it) its tc programs
+// redirect pod traffic past netfilter, so podwire's check never sees it and
+// Cilium's own source-IP verification is what applies. podwire cannot tell
+// the routing mode from the node.
+func primaryWarning(typ string) string {
+	if typ != "cilium-cni" {
 		return ""
 	}
 	return "primary is Cilium: with BPF host routing its programs send pod traffic past netfilter, where podwire's source check never sees it; Cilium's own source-IP verification (enable-source-ip-verification, on by default) checks those pods"

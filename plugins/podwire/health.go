@@ -57,6 +57,11 @@ func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func
 	}
 	h.Warnings = append(h.Warnings, p.node.tableWarnings(env)...)
 	h.Warnings = append(h.Warnings, uncheckedWarnings(conf.StateDir)...)
+	if typ, err := os.ReadFile(filepath.Join(conf.StateDir, config.PrimaryTypeName)); err == nil {
+		if w := primaryWarning(string(typ)); w != "" {
+			h.Warnings = append(h.Warnings, w)
+		}
+	}
 	return h
 }
 

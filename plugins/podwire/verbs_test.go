@@ -372,6 +372,16 @@ func TestStatusInProcess(t *testing.T) {
 	if c := strings.Count(string(log), `uplink \"nope0\" missing`); c != 1 {
 		t.Errorf("the uplink warning was logged %d times over two STATUS, want once:\n%s", c, log)
 	}
+	// The agent wrote that the primary is Cilium: STATUS warns (still 0).
+	if err := os.WriteFile(filepath.Join(n.dir, config.PrimaryTypeName), []byte("cilium-cni"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := status(uplink); err != nil {
+		t.Fatalf("STATUS with a Cilium primary: %v, want success (a warning)", err)
+	}
+	if log, _ := os.ReadFile(n.log); !strings.Contains(string(log), "primary is Cilium") {
+		t.Errorf("STATUS did not warn about the Cilium primary:\n%s", log)
+	}
 	file := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
