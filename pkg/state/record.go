@@ -16,8 +16,16 @@ import (
 	"time"
 )
 
-// RecordVersion is the schema version of Record.
-const RecordVersion = 1
+// RecordVersion is the schema version of Record that this podwire writes.
+// Fields are only ever added, so a record of an older version (or of none:
+// 0, written before versions were checked) reads as it is. A record of a
+// newer version may hold what this podwire would ignore and so undo wrongly
+// (a downgrade while pods run): reading it fails, naming both versions.
+//
+//	1: the first schema.
+//	2: hostBridge, unchecked (a bridged pod's elements are in bridge
+//	   podwire, not inet podwire).
+const RecordVersion = 2
 
 // Record is what podwire did for one attachment. Each concern fills its own
 // fields; every field names something DEL must undo.

@@ -113,6 +113,10 @@ func readRecord(dirfd int, name string, buf []byte) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to read record %q: %w", name, err)
 	}
+	if r.Version > RecordVersion {
+		return nil, fmt.Errorf("record %q is of schema version %d, newer than this podwire's %d: "+
+			"it was written by a newer podwire, and acting on it could leave behind what it describes", name, r.Version, RecordVersion)
+	}
 	return r, nil
 }
 

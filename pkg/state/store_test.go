@@ -2,9 +2,11 @@ package state
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,5 +237,34 @@ func TestStateDirNarrowedTo0700(t *testing.T) {
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != DirMode {
 		t.Fatalf("state dir mode %v (%v), want %o", fi.Mode(), err, DirMode)
+	}
+}
+
+// TestNewerRecordRefused: a record of a newer schema (a downgrade while pods
+// run) is refused by Get, naming both versions, and reported by List beside
+// the records it can read; a record without a version (older) reads.
+func TestNewerRecordRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := New(dir)
+	if err := s.Put(&Record{ContainerID: "ok", IfName: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	newer := fmt.Sprintf(`{"version":%d,"containerID":"newer","ifName":"eth0"}`, RecordVersion+1)
+	if err := os.WriteFile(s.path("newer", "eth0"), []byte(newer), FileMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.path("old", "eth0"), []byte(`{"containerID":"old","ifName":"eth0"}`), FileMode); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Get("newer", "eth0")
+	if want := fmt.Sprintf("schema version %d, newer than this podwire's %d", RecordVersion+1, RecordVersion); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Get of a newer record: %v, want an error containing %q", err, want)
+	}
+	if r, err := s.Get("old", "eth0"); err != nil || r == nil || r.ContainerID != "old" {
+		t.Fatalf("Get of a record without a version: %+v %v", r, err)
+	}
+	recs, err := s.List()
+	if err == nil || len(recs) != 2 {
+		t.Fatalf("List: %d records, error %v; want the 2 readable ones and an error for the newer one", len(recs), err)
 	}
 }
