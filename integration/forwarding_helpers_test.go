@@ -119,8 +119,15 @@ func (n *node) nftConn() *nftables.Conn {
 // the table is absent.
 func (n *node) setElements(set string) []nftables.SetElement {
 	n.t.Helper()
+	return n.familySetElements(nftables.TableFamilyINet, set)
+}
+
+// familySetElements are the elements of set in the "podwire" table of
+// family (inet: routed veths; bridge: bridge ports), nil without the table.
+func (n *node) familySetElements(family nftables.TableFamily, set string) []nftables.SetElement {
+	n.t.Helper()
 	c := n.nftConn()
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.ListTablesOfFamily(family)
 	if err != nil {
 		n.t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,4 +274,68 @@ func hostVeth(t *testing.T, p *pod) string {
 	}
 	t.Fatalf("no host veth in %+v", p.result)
 	return ""
+}
+
+// TestBridgedPodsDelAndGC: a bridged pod's elements live in bridge podwire,
+// and every way a runtime removes a pod finds them there from the record:
+// DEL, then a second DEL without netns and prevResult, removes a's and
+// leaves b's, whose forged source is still dropped; GC without b among the
+// valid attachments removes b's and its record. No element is left in
+// either source-check table.
+func TestBridgedPodsDelAndGC(t *testing.T) {
+	n := newNode(t)
+	n.primary = bridgePrimary(n)
+	be := n.newBackend()
+	const port = 9913
+	sink, err := packets.NewSink(be.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	a := n.mustAddPod(podSpec{version: "1.1.0", name: "a"})
+	b := n.mustAddPod(podSpec{version: "1.1.0", name: "b"})
+	checked := func() []string {
+		t.Helper()
+		var ports []string
+		for _, e := range n.familySetElements(nftables.TableFamilyBridge, "checked") {
+			ports = append(ports, strings.TrimRight(string(e.Key), "\x00"))
+		}
+		if inet := n.podSetCount(); inet != 0 {
+			t.Errorf("inet podwire holds %d elements of bridged pods", inet)
+		}
+		return ports
+	}
+	if got := checked(); len(got) != 2 {
+		t.Fatalf("bridge podwire checks ports %v, want a's and b's", got)
+	}
+	if err := a.del(); err != nil {
+		t.Fatalf("DEL a: %v", err)
+	}
+	if err := a.delNoNetns(); err != nil {
+		t.Fatalf("second DEL of a without netns and prevResult: %v", err)
+	}
+	if got := checked(); len(got) != 1 || got[0] != hostVeth(t, b) {
+		t.Fatalf("after a's DELs bridge podwire checks %v, want only b's %s", got, hostVeth(t, b))
+	}
+	forged := netip.MustParseAddr("10.99.0.5")
+	if err := packets.SendFrom(b.ns.Path(), forged, netip.AddrPortFrom(be.v4, port), "after-del", 3); err != nil {
+		t.Fatal(err)
+	}
+	if sink.WaitGot(forged, "after-del", time.Second) {
+		t.Fatal("b's forged source passed after a's DEL: b's elements went with a's")
+	}
+	if err := n.gc(b.list); err != nil {
+		t.Fatalf("GC with no valid attachment: %v", err)
+	}
+	if got := checked(); len(got) != 0 {
+		t.Fatalf("after GC bridge podwire still checks %v", got)
+	}
+	for _, set := range []string{"pod-v4", "pod-v6"} {
+		if els := n.familySetElements(nftables.TableFamilyBridge, set); len(els) != 0 {
+			t.Errorf("after GC %s of bridge podwire holds %d elements", set, len(els))
+		}
+	}
+	if recs := n.records(); len(recs) != 0 {
+		t.Errorf("records after GC: %v", recs)
+	}
 }
