@@ -81,7 +81,8 @@ func run(log *slog.Logger) error {
 	}
 	a := agent.New(agent.Config{
 		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, Version: buildinfo.Version,
-		Chain: agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Chain:   agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Cluster: agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

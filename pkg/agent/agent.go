@@ -6,7 +6,9 @@
 //     chain (Chain), restoring it within seconds of a primary's rewrite;
 //   - serves pod annotations to the plugin over a unix socket in stateDir
 //     (Pods, pkg/agentapi), for runtimes that do not send the capability;
-//   - writes the node's egress annotation into stateDir (Node);
+//   - writes the node's egress annotation into stateDir (Node), and the
+//     cluster's pod CIDRs and node IPs, which the egress table excepts
+//     (ClusterNodes);
 //   - repairs drift of podwire's nftables tables every few seconds and
 //     records each repair in its log and as an Event on the Node;
 //   - reports its health on a localhost HTTP port (/healthz, /readyz).
@@ -51,6 +53,9 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
 	HealthAddr string
 	Version    string
+	// Cluster follows every Node for the egress table's exceptions (nil:
+	// none are written; the agent is Ready without them).
+	Cluster *ClusterNodes
 }
 
 // Agent runs the agent's loops; build it with New.
@@ -68,6 +73,8 @@ type Agent struct {
 	// tablesVerified: a table repair (verify, rebuild what differs) has
 	// succeeded since the start.
 	tablesVerified bool
+	// clusterWritten: the cluster's CIDRs have been written once.
+	clusterWritten bool
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -101,6 +108,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.repair(ctx)
 	go a.pods.Run(ctx)
 	go a.node.Run(ctx)
+	if a.cfg.Cluster != nil {
+		go a.cfg.Cluster.Run(ctx)
+	}
 
 	ln, err := a.listen()
 	if err != nil {
@@ -149,6 +159,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-tick.C:
 			a.syncChain(ctx)
 			a.syncEgress()
+			a.syncCluster()
 			a.repair(ctx)
 			a.mu.Lock()
 			a.ticked = time.Now()
@@ -268,6 +279,25 @@ func (a *Agent) syncEgress() {
 	a.mu.Unlock()
 }
 
+// syncCluster writes the cluster's pod CIDRs and node IPs when they
+// changed; the repair that follows brings the egress table's exceptions
+// up to date.
+func (a *Agent) syncCluster() {
+	if a.cfg.Cluster == nil {
+		return
+	}
+	r, changed, err := a.cfg.Cluster.Write()
+	a.setErr("cluster CIDRs", err)
+	if err == nil && a.cfg.Cluster.Synced() {
+		a.mu.Lock()
+		a.clusterWritten = true
+		a.mu.Unlock()
+	}
+	if changed {
+		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs)
+	}
+}
+
 // repair verifies podwire's tables and repairs drift (repairTables); each
 // repair is logged and recorded as an Event on the Node.
 func (a *Agent) repair(ctx context.Context) {
@@ -311,6 +341,8 @@ func (a *Agent) readyLocked() error {
 		return errors.New("pod informer not synced")
 	case !a.node.Synced():
 		return errors.New("node informer not synced")
+	case a.cfg.Cluster != nil && !a.clusterWritten:
+		return errors.New("the cluster's pod CIDRs not written yet")
 	case a.status.Conflist == "":
 		return errors.New("podwire not in the chain yet")
 	case !a.tablesVerified:

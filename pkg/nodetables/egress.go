@@ -12,7 +12,7 @@ import (
 
 // Sets of the egress table: pod sources (one element per pod address, added
 // at ADD, removed at DEL) and excepted destinations (interval sets from
-// egress.exceptCIDRs).
+// egress.exceptCIDRs and the cluster's CIDRs, Env.Cluster).
 const (
 	setPods4   = "pods4"
 	setPods6   = "pods6"
@@ -25,7 +25,7 @@ const (
 //	table inet podwire-egress {
 //	  set pods4 { type ipv4_addr }                 # per pod, from records
 //	  set pods6 { type ipv6_addr }
-//	  set except4 { type ipv4_addr; flags interval } # egress.exceptCIDRs
+//	  set except4 { type ipv4_addr; flags interval } # exceptCIDRs + cluster
 //	  set except6 { type ipv6_addr; flags interval }
 //	  chain nat-postrouting {
 //	    type nat hook postrouting priority srcnat - 1;
@@ -42,23 +42,27 @@ const (
 // kube-proxy at srcnat (100) never sees a connection that leaves through the
 // egress IP, and still handles the ones excepted here.
 //
-// What keeps the pod source: destinations in exceptCIDRs (the cluster's pod
-// and service CIDRs, and usually the node subnet, belong there), and pods of
-// this node (daddr in the pod set) even when the pod CIDR is not listed, so
-// pod-to-pod traffic on one node never depends on the config. Only the first
+// What keeps the pod source: destinations in exceptCIDRs (the operator's:
+// the node subnet and whatever else beyond the cluster must see pod
+// sources), in the cluster's pod CIDRs and node IPs (Env.Cluster: every
+// Node's spec.podCIDRs and InternalIPs, which the node agent keeps current,
+// so pod-to-pod traffic across nodes and Service traffic, whose
+// destination is a backend pod after kube-proxy's DNAT, keep their source
+// without the operator listing them), and pods of this node (daddr in the
+// pod set), so pod-to-pod traffic on one node never depends on the config. Only the first
 // packet of a connection reaches a NAT chain: answers to connections that
 // came in (NodePort, probe, another pod) keep their addresses. Traffic to the
 // node's own addresses is delivered locally and never reaches postrouting.
 func egressTableFor(conf *config.NetConf, env Env) *nft.Table {
-	ex4, ex6 := intervalElements(conf.ExceptCIDRs)
+	ex4, ex6 := intervalElements(append(slices.Clone(conf.ExceptCIDRs), env.Cluster.Prefixes()...))
 	t := &nft.Table{
 		Family: nftables.TableFamilyINet,
 		Name:   egressTable,
 		Sets: []nft.Set{
 			{Name: setPods4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Comment: "pod sources (IPv4)"},
 			{Name: setPods6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Comment: "pod sources (IPv6)"},
-			{Name: setExcept4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Interval: true, Elements: ex4, Comment: "egress.exceptCIDRs (IPv4)"},
-			{Name: setExcept6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Interval: true, Elements: ex6, Comment: "egress.exceptCIDRs (IPv6)"},
+			{Name: setExcept4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Interval: true, Elements: ex4, Comment: "egress.exceptCIDRs and the cluster's pod CIDRs and node IPs (IPv4)"},
+			{Name: setExcept6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Interval: true, Elements: ex6, Comment: "egress.exceptCIDRs and the cluster's pod CIDRs and node IPs (IPv6)"},
 		},
 	}
 	ch := nft.Chain{

@@ -18,9 +18,9 @@ import (
 
 // ReadEnv reads what the tables depend on from the node (the current netns)
 // and stateDir, once per invocation: the probe uplinks (one route dump per family with a probe
-// pair, only when probeSNAT.interfaces is empty) and the egress IPs (the
-// cached node annotation, a file read, when egress.nodeAnnotation is on; no
-// API call). It does not fail: what it cannot read becomes a warning, and the
+// pair, only when probeSNAT.interfaces is empty), the egress IPs (the
+// cached node annotation, a file read, when egress.nodeAnnotation is on)
+// and the cluster's CIDRs (a file read, when egress is on); no API call. It does not fail: what it cannot read becomes a warning, and the
 // tables are built without it (a probe table with no uplink matches nothing
 // until the next ADD finds one).
 func ReadEnv(conf *config.NetConf) Env {
@@ -75,6 +75,13 @@ func ReadEnv(conf *config.NetConf) Env {
 			}
 			env.Warnings = append(env.Warnings, c.Warnings...)
 		}
+	}
+	if conf.EgressEnabled() {
+		c, err := readCluster(conf.StateDir)
+		if err != nil {
+			env.Warnings = append(env.Warnings, fmt.Sprintf("egress: the cluster's pod CIDRs are not excepted: %v", err))
+		}
+		env.Cluster = c
 	}
 	if conf.EgressEnabled() && !env.Egress4.IsValid() && !env.Egress6.IsValid() {
 		env.Warnings = append(env.Warnings, "egress: no egress IP (egress.ips empty and no podwire.io/egress-ip annotation): pod traffic is not SNATed by podwire")

@@ -52,6 +52,10 @@ type Env struct {
 	// annotation's (when enabled and cached) else egress.ips; invalid when
 	// there is none of that family.
 	Egress4, Egress6 netip.Addr
+	// Cluster is the cluster's pod CIDRs and node IPs the node agent
+	// wrote into stateDir (WriteCluster), excepted from egress SNAT beside
+	// egress.exceptCIDRs; nil when no agent wrote them.
+	Cluster *Cluster
 	// Warnings are findings for the log and `podwire status`.
 	Warnings []string
 	// NodeEgressErr is CNI error 11 (try again later) when
