@@ -2,7 +2,7 @@
 # k8s-build.sh builds, offline from the Go module proxy, the Kubernetes and
 # etcd binaries that integration/k8s runs, and caches them keyed by version:
 #
-#   CACHE/k8s-VERSION/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl}
+#   CACHE/k8s-VERSION/{kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kubectl,kube-proxy,agnhost}
 #   CACHE/etcd-ETCD_VERSION/etcd
 #
 # Usage: scripts/k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR
@@ -29,7 +29,10 @@ ETCD_VERSION=${2:?usage: k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR}
 CACHE=${3:?usage: k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR}
 GO=${GO:-go}
 
-K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+# Each name is a main package of k8s.io/kubernetes (cmd/NAME, or the path
+# given after a colon): the control plane, the node (kubelet, kube-proxy),
+# kubectl, and agnhost, the test image the multi-node scenarios serve with.
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy agnhost:test/images/agnhost)
 K8S_OUT=$CACHE/k8s-$K8S_VERSION
 ETCD_OUT=$CACHE/etcd-$ETCD_VERSION
 
@@ -78,11 +81,13 @@ build_k8s() {
 		ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 	done
 	local pkgs=()
-	for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+	for c in "${K8S_CMDS[@]}"; do
+		if [[ $c == *:* ]]; then pkgs+=("k8s.io/kubernetes/${c#*:}"); else pkgs+=("k8s.io/kubernetes/cmd/$c"); fi
+	done
 	mkdir -p "$work/out"
 	(cd "$work" && time "$GO" build -trimpath -ldflags="$ldflags" -o out/ "${pkgs[@]}")
 	mkdir -p "$K8S_OUT"
-	for c in "${K8S_CMDS[@]}"; do mv -f "$work/out/$c" "$K8S_OUT/$c"; done
+	for c in "${K8S_CMDS[@]}"; do mv -f "$work/out/${c%%:*}" "$K8S_OUT/${c%%:*}"; done
 	echo "$K8S_VERSION" >"$K8S_OUT/.stamp"
 }
 
@@ -99,7 +104,7 @@ build_etcd() {
 	echo "$ETCD_VERSION" >"$ETCD_OUT/.stamp"
 }
 
-if complete "$K8S_OUT" "$K8S_VERSION" "${K8S_CMDS[@]}"; then
+if complete "$K8S_OUT" "$K8S_VERSION" "${K8S_CMDS[@]%%:*}"; then
 	echo "k8s-build: $K8S_OUT is complete"
 else
 	build_k8s
