@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/podwire/podwire/integration/cnitest"
-	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
 // TestAgentRepairsTablesWithoutADD: the node's whole ruleset is flushed
@@ -25,7 +24,7 @@ func TestAgentRepairsTablesWithoutADD(t *testing.T) {
 	}
 	before := podwireTables(nodeRuleset(t))
 	// Flush and list in one go: the agent may repair at any moment after.
-	out, err := exec.Command("nsenter", "--net="+c.NodeNetNS, "sh", "-c", "nft flush ruleset && nft list tables").CombinedOutput()
+	out, err := exec.Command("nsenter", "--net="+n1.NetNS, "sh", "-c", "nft flush ruleset && nft list tables").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft flush ruleset: %v: %s", err, out)
 	}
@@ -52,9 +51,9 @@ func TestAgentRepairsTablesWithoutADD(t *testing.T) {
 		t.Fatalf("podwire's tables after the repair %v, before the flush %v", after, before)
 	}
 	events := kubectl(t, "", "get", "events", "-A", "--field-selector",
-		"involvedObject.kind=Node,involvedObject.name="+cluster.NodeName+",reason=PodwireTablesRepaired", "-o", "name")
+		"involvedObject.kind=Node,involvedObject.name="+n1.Name+",reason=PodwireTablesRepaired", "-o", "name")
 	if strings.TrimSpace(events) == "" {
-		t.Fatalf("no PodwireTablesRepaired Event on Node %s", cluster.NodeName)
+		t.Fatalf("no PodwireTablesRepaired Event on Node %s", n1.Name)
 	}
 }
 
@@ -78,12 +77,12 @@ func TestStatusShowsAgent(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, out, err := cnitest.RunStatus(c.NodeCommand(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
+	st, out, err := cnitest.RunStatus(n1.Command(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := st.Agent; a == nil || a.Node != cluster.NodeName || !a.Ready || filepath.Base(a.Conflist) != filepath.Base(c.PrimaryConflist) {
-		t.Fatalf("podwire status shows agent %+v, want Ready on %s keeping %s:\n%s", a, cluster.NodeName, filepath.Base(c.PrimaryConflist), out)
+	if a := st.Agent; a == nil || a.Node != n1.Name || !a.Ready || filepath.Base(a.Conflist) != filepath.Base(n1.PrimaryConflist) {
+		t.Fatalf("podwire status shows agent %+v, want Ready on %s keeping %s:\n%s", a, n1.Name, filepath.Base(n1.PrimaryConflist), out)
 	}
 	if len(st.Tables) == 0 || len(st.NotCurrent()) > 0 {
 		t.Fatalf("podwire status: tables not current %v of %d:\n%s", st.NotCurrent(), len(st.Tables), out)

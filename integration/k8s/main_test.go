@@ -34,11 +34,12 @@ import (
 // The run's cluster and podwire's files on its node.
 var (
 	c            *cluster.Cluster
+	n1           *cluster.Node // the cluster's one node
 	podwireBin   string
 	podwireImage string // bin/podwire-image.tar of `make image`
 	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
 	// podwirePinned is the image pushed to the run's registry, by digest:
-	// 127.0.0.1:5000/podwire/podwire-agent:VERSION@sha256:...
+	// 10.99.0.2:5000/podwire/podwire-agent:VERSION@sha256:...
 	podwirePinned string
 	podwireEntry  []byte // podwire's entry, in the ConfigMap podwire-config
 	stateDir      string // the node's /run/podwire, seen from the host
@@ -113,6 +114,7 @@ func run(m *testing.M) int {
 		}
 		logf("stopped in %.1fs", time.Since(t0).Seconds())
 	}()
+	n1 = c.Nodes[0]
 	logf("up in %.1fs", time.Since(start).Seconds())
 	fmt.Println("versions:")
 	for _, l := range versions(ctx) {
@@ -132,7 +134,7 @@ func versions(ctx context.Context) []string {
 	lines := c.Versions(ctx)
 	out, err := exec.CommandContext(ctx, podwireBin, "version").CombinedOutput()
 	lines = append(lines, fmt.Sprintf("%-24s %s %v", "podwire", strings.TrimSpace(string(out)), errOrEmpty(err)))
-	ptp := exec.CommandContext(ctx, filepath.Join(c.CNIBinDir, "ptp"))
+	ptp := exec.CommandContext(ctx, filepath.Join(n1.CNIBinDir, "ptp"))
 	ptp.Env = []string{"CNI_COMMAND=VERSION"}
 	out, err = ptp.CombinedOutput()
 	lines = append(lines, fmt.Sprintf("%-24s %s %v", "ptp (VERSION)", strings.TrimSpace(string(out)), errOrEmpty(err)))
@@ -162,7 +164,7 @@ func podwireConfig() map[string]any {
 		"allowedVLANs": "100-199",
 		"forwarding":   map[string]any{"namespaces": []string{"nf-*"}, "routablePrefixes": []string{routedNet.String()}},
 		"egress": map[string]any{
-			"exceptCIDRs":    []string{cluster.PodCIDR.String(), cluster.ServiceCIDR.String(), cluster.LinkPrefix.String()},
+			"exceptCIDRs":    []string{n1.PodCIDR.String(), cluster.ServiceCIDR.String(), cluster.LinkPrefix.String()},
 			"nodeAnnotation": true,
 		},
 	}
@@ -187,7 +189,7 @@ func deployPodwire(ctx context.Context) error {
 	if podwireEntry, err = json.Marshal(podwireConfig()); err != nil {
 		return err
 	}
-	stateDir = c.NodePath("/run/podwire")
+	stateDir = n1.Path("/run/podwire")
 	if podwirePinned, err = pushImage(ctx); err != nil {
 		return err
 	}
@@ -199,7 +201,7 @@ func deployPodwire(ctx context.Context) error {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "kubernetes-services-endpoint",
-		"--from-literal=KUBERNETES_SERVICE_HOST="+cluster.NodeIP.String(),
+		"--from-literal=KUBERNETES_SERVICE_HOST="+n1.IP.String(),
 		"--from-literal=KUBERNETES_SERVICE_PORT=6443"); err != nil {
 		return err
 	}
@@ -265,9 +267,9 @@ func deployManifests(image string) (string, error) {
 }
 
 // pushImage pushes the archive of `make image` to the run's registry
-// (cluster.StartRegistry, on the node's loopback) under its version tag
+// (cluster.StartRegistry, on the outside network) under its version tag
 // with the push command of `make push` (scripts/mkimage push), run in the
-// node's netns, and returns the reference it printed, pinned by digest. The
+// outside netns, and returns the reference it printed, pinned by digest. The
 // kubelet then pulls it from there through containerd, which unpacks the
 // node's platform of the multi-arch index.
 func pushImage(ctx context.Context) (string, error) {
@@ -280,7 +282,7 @@ func pushImage(ctx context.Context) (string, error) {
 	}
 	ref := cluster.RegistryHost + "/podwire/podwire-agent" + podwireRef[i:]
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.NodeNetNS, "--",
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
 		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", podwireImage, ref).Output()
 	if err != nil {
 		var stderr []byte
@@ -338,7 +340,7 @@ func waitCNIConfig(ctx context.Context, withPodwire bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		conf, err := c.CNIConfig(ctx)
+		conf, err := n1.CNIConfig(ctx)
 		if err == nil && strings.Contains(conf, `\"type\":\"podwire\"`) == withPodwire {
 			return nil
 		}
@@ -365,7 +367,7 @@ func startReadinessMonitor() *readinessMonitor {
 	go func() {
 		defer r.wg.Done()
 		for {
-			n, err := c.Node()
+			n, err := n1.Status()
 			r.mu.Lock()
 			r.samples++
 			switch {

@@ -102,7 +102,7 @@ func podByName(t *testing.T, namespace, name string) *pod {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if p.netns, p.sandbox, err = c.PodNetNS(ctx, uid); err != nil {
+	if p.netns, p.sandbox, err = n1.PodNetNS(ctx, uid); err != nil {
 		t.Fatalf("pod %s/%s: %v", namespace, name, err)
 	}
 	return p
@@ -121,7 +121,7 @@ func waitSandboxRemoved(t *testing.T, p *pod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		s, err := c.Sandboxes(ctx, p.uid)
+		s, err := n1.Sandboxes(ctx, p.uid)
 		if err == nil && len(s) == 0 {
 			return
 		}
@@ -216,7 +216,7 @@ func annotationSource(t *testing.T, sandbox string) string {
 // nodeRuleset is `nft list ruleset` of the node netns.
 func nodeRuleset(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("nsenter", "--net="+c.NodeNetNS, "--", "nft", "list", "ruleset").CombinedOutput()
+	out, err := exec.Command("nsenter", "--net="+n1.NetNS, "--", "nft", "list", "ruleset").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list ruleset in the node netns: %v\n%s", err, out)
 	}
@@ -225,6 +225,6 @@ func nodeRuleset(t *testing.T) string {
 
 // podwireLog returns podwire's log on the node.
 func podwireLog() string {
-	b, _ := os.ReadFile(c.NodePath("/var/log/podwire.log"))
+	b, _ := os.ReadFile(n1.Path("/var/log/podwire.log"))
 	return string(b)
 }

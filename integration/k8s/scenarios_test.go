@@ -263,16 +263,16 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 // both are undone when the test ends.
 func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 	t.Helper()
-	if err := ns.WithNetNSPath(c.NodeNetNS, func(ns.NetNS) error {
+	if err := ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
 		return addrUp("eth0", ip.String()+"/24")
 	}); err != nil {
 		t.Fatalf("failed to add the egress IP %s to the node: %v", ip, err)
 	}
 	egress := filepath.Join(stateDir, egressFile)
 	t.Cleanup(func() {
-		kubectl(t, "", "annotate", "node", cluster.NodeName, annEgressIP+"-")
+		kubectl(t, "", "annotate", "node", n1.Name, annEgressIP+"-")
 		waitFile(context.Background(), egress, func(b []byte) bool { return !strings.Contains(string(b), ip.String()) })
-		ns.WithNetNSPath(c.NodeNetNS, func(ns.NetNS) error {
+		ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
 			l, err := netlinksafe.LinkByName("eth0")
 			if err != nil {
 				return err
@@ -281,7 +281,7 @@ func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 			return netlink.AddrDel(l, a)
 		})
 	})
-	kubectl(t, "", "annotate", "node", cluster.NodeName, "--overwrite", annEgressIP+"="+ip.String())
+	kubectl(t, "", "annotate", "node", n1.Name, "--overwrite", annEgressIP+"="+ip.String())
 	if err := waitFile(context.Background(), egress, func(b []byte) bool { return strings.Contains(string(b), ip.String()) }); err != nil {
 		t.Fatalf("the node agent did not write the annotation: %v\n%s", err, agentLog(context.Background()))
 	}
@@ -316,7 +316,7 @@ func TestDeletion(t *testing.T) {
 func hasRoute(t *testing.T, prefix netip.Prefix) bool {
 	t.Helper()
 	var found bool
-	if err := ns.WithNetNSPath(c.NodeNetNS, func(ns.NetNS) error {
+	if err := ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
 		routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
 		for _, r := range routes {
 			if r.Dst != nil && r.Dst.String() == prefix.String() {
@@ -338,11 +338,11 @@ func TestRewrittenConflist(t *testing.T) {
 	needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := os.WriteFile(c.PrimaryConflist, c.PrimaryConflistBytes(), 0o644); err != nil {
+	if err := os.WriteFile(n1.PrimaryConflist, n1.PrimaryConflistBytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := waitFile(ctx, c.PrimaryConflist, func(b []byte) bool { return strings.Contains(string(b), `"podwire"`) }); err != nil {
+	if err := waitFile(ctx, n1.PrimaryConflist, func(b []byte) bool { return strings.Contains(string(b), `"podwire"`) }); err != nil {
 		t.Fatalf("the agent did not restore podwire's entry: %v\n%s", err, agentLog(context.Background()))
 	}
 	restored := time.Since(start)
@@ -367,7 +367,7 @@ func TestRewrittenConflist(t *testing.T) {
 func TestNodeStaysReady(t *testing.T) {
 	needCluster(t)
 	var missing bool
-	if err := ns.WithNetNSPath(c.NodeNetNS, func(ns.NetNS) error {
+	if err := ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
 		_, err := netlinksafe.LinkByName(missingUplink)
 		_, missing = err.(netlink.LinkNotFoundError)
 		return nil

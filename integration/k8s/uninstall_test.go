@@ -31,7 +31,7 @@ func TestUninstallLeavesPodsDeletable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for {
-		s, err := c.Sandboxes(ctx, agentUID)
+		s, err := n1.Sandboxes(ctx, agentUID)
 		if err == nil && !anyReady(s) {
 			break
 		}
@@ -49,7 +49,7 @@ func TestUninstallLeavesPodsDeletable(t *testing.T) {
 		}
 	}
 	t.Logf("uninstalled in %v; the entry stays in the chain: %v", time.Since(start).Round(time.Millisecond),
-		strings.Contains(readFile(t, c.PrimaryConflist), `"podwire"`))
+		strings.Contains(readFile(t, n1.PrimaryConflist), `"podwire"`))
 
 	start = time.Now()
 	deletePod(t, "default", "outlives-agent")

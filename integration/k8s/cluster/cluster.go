@@ -1,28 +1,33 @@
-// Package cluster runs a real single-node Kubernetes cluster for podwire's
-// tests: etcd, kube-apiserver (Node,RBAC authorization, certificates made
-// by the run), kube-controller-manager, kube-scheduler and a kubelet over a
-// private containerd 1.6 (Debian's, with runc), all inside one network
-// namespace (the node) and one private mount namespace held by a sleeping
-// process (the holder). A second network namespace, joined to the node by
-// a veth pair, plays the network outside the node.
+// Package cluster runs a real Kubernetes cluster of one node or more for
+// podwire's tests: etcd, kube-apiserver (Node,RBAC authorization,
+// certificates made by the run), kube-controller-manager and
+// kube-scheduler on the first node, and on every node a kubelet over a
+// private containerd 1.6 (Debian's, with runc). Each node is a network
+// namespace plus a private mount namespace held by a sleeping process (the
+// holder), with its own cgroup root. The nodes' uplinks share one L2
+// segment (a bridge in a switch namespace), and the network outside the
+// nodes (another namespace: their default gateway, the run's registry) is
+// on that segment too. Options.DualStack gives every uplink an IPv6
+// address too, and the Services and node pod ranges both families.
 //
-// The primary network is ptp + host-local written at cniVersion 0.3.1, as
-// stock installers write it; the caller chains podwire into it (e.g. with
-// `podwire install`) before creating pods.
+// The primary network is either ptp + host-local written by Start at
+// cniVersion 0.3.1, as stock installers write it (PrimaryPTP), or none
+// (PrimaryNone): the caller installs one, as flannel's own manifest does,
+// and the controller-manager allocates each node's podCIDRs.
 //
 // Nothing of the host is changed but what cannot be avoided, and that is
 // undone by Stop: the empty mountpoints /var/lib/kubelet (the kubelet's
 // device-plugin path is hard-coded there), /var/lib/cni, /opt/cni/bin and
-// /etc/cni/net.d when they did not exist, and a cgroup root of the run in
-// every cgroup v1 hierarchy. Inside the mount namespace, /run, /var/log,
-// /var/lib/kubelet, /var/lib/cni and the CNI dirs (/opt/cni/bin,
-// /etc/cni/net.d) are directories of the run (NodePath maps a node path to
-// the run's directory), so a DaemonSet's hostPath volumes land in the run;
-// and the four /proc/sys files the
-// kubelet would otherwise rewrite host-wide are files of the run holding
-// the values it wants (protectKernelDefaults then passes). Every process is
-// started by the package and ended by PID (containerd's shims too: they are
-// recognised by the run's socket on their command line).
+// /etc/cni/net.d when they did not exist, and a cgroup root per node in
+// every cgroup v1 hierarchy. Inside a node's mount namespace, /run,
+// /var/log, /var/lib/kubelet, /var/lib/cni and the CNI dirs (/opt/cni/bin,
+// /etc/cni/net.d) are directories of the node (Node.Path maps a node path
+// to the run's directory), so a DaemonSet's hostPath volumes land in the
+// run; and the four /proc/sys files the kubelet would otherwise rewrite
+// host-wide are files of the run holding the values it wants
+// (protectKernelDefaults then passes). Every process is started by the
+// package and ended by PID (containerd's shims too: they are recognised by
+// their node's socket on their command line).
 //
 // The recipe and its traps: ../shared/k8s-recipe.md (beside the checkout).
 package cluster
@@ -37,13 +42,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+)
 
-	"google.golang.org/grpc"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+// Primary is the pod network Start provides.
+type Primary string
+
+const (
+	// PrimaryPTP: ptp + host-local on every node, Node.PodCIDR each, the
+	// outside routing each range to its node (the default).
+	PrimaryPTP Primary = "ptp"
+	// PrimaryNone: no conflist; the controller-manager allocates each
+	// node's podCIDRs from ClusterCIDR (and ClusterCIDR6), and the caller
+	// installs the pod network (e.g. flannel's DaemonSet), then calls
+	// WaitNodesReady.
+	PrimaryNone Primary = "none"
 )
 
 // Options configure Start. The binaries are required.
@@ -53,11 +68,18 @@ type Options struct {
 	K8sBinDir string
 	// EtcdBin is the etcd binary.
 	EtcdBin string
-	// CNIBinDir holds the reference plugins ptp, host-local and loopback;
-	// they are linked into the node's own CNI bin dir (Cluster.CNIBinDir).
+	// CNIBinDir holds the reference plugins (ptp, bridge, host-local,
+	// loopback, portmap); they are linked into each node's CNI bin dir.
 	CNIBinDir string
-	// OutsideRoutes are prefixes the outside network routes to the node
-	// (the pod network is always routed).
+	// Nodes is the number of nodes (default 1).
+	Nodes int
+	// Primary is the pod network (default PrimaryPTP).
+	Primary Primary
+	// DualStack adds IPv6: uplink addresses, Services (ServiceCIDR6) and,
+	// with PrimaryNone, node pod ranges (ClusterCIDR6).
+	DualStack bool
+	// OutsideRoutes are prefixes the outside network routes to the first
+	// node (the ptp pod ranges are always routed to their nodes).
 	OutsideRoutes []netip.Prefix
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)
@@ -67,65 +89,53 @@ type Options struct {
 
 // Addresses of the run. They exist only inside the run's namespaces.
 var (
-	// NodeIP is the node's address on its uplink (eth0 in the node netns).
-	NodeIP = netip.MustParseAddr("10.99.0.1")
-	// OutsideIP is the outside network's address on the same link: the
-	// node's default gateway.
-	OutsideIP = netip.MustParseAddr("10.99.0.2")
-	// LinkPrefix is the node's uplink subnet.
-	LinkPrefix = netip.MustParsePrefix("10.99.0.0/24")
-	// PodCIDR is the ptp + host-local range of the pods.
-	PodCIDR = netip.MustParsePrefix("10.198.0.0/24")
-	// ServiceCIDR is the apiserver's service range (no kube-proxy runs).
-	ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
+	// LinkPrefix and LinkPrefix6 are the uplinks' segment; Node.IP and
+	// Node.IP6 are the nodes' addresses on it.
+	LinkPrefix  = netip.MustParsePrefix("10.99.0.0/24")
+	LinkPrefix6 = netip.MustParsePrefix("fd99::/64")
+	// OutsideIP and OutsideIP6 are the outside network's addresses on the
+	// segment: the nodes' default gateway.
+	OutsideIP  = netip.MustParseAddr("10.99.0.2")
+	OutsideIP6 = netip.MustParseAddr("fd99::2")
+	// ClusterCIDR and ClusterCIDR6 are the controller-manager's
+	// --cluster-cidr with PrimaryNone: a /24 and a /64 per node.
+	ClusterCIDR  = netip.MustParsePrefix("10.244.0.0/16")
+	ClusterCIDR6 = netip.MustParsePrefix("fd00:10:244::/56")
+	// ServiceCIDR and ServiceCIDR6 are the apiserver's service ranges
+	// (ServiceCIDR6 only when dual-stack).
+	ServiceCIDR  = netip.MustParsePrefix("10.96.0.0/12")
+	ServiceCIDR6 = netip.MustParsePrefix("fd00:10:96::/112")
 )
-
-// NodeName is the Kubernetes name of the node.
-const NodeName = "podwire-k8s"
 
 // Cluster is a running cluster. Its fields are read-only.
 type Cluster struct {
 	opts Options
 	logf func(string, ...any)
 
-	// Dir is the run's directory: configs, certificates, data, logs.
+	// Dir is the run's directory: certificates, etcd's data, logs, and one
+	// directory per node (Node.Dir).
 	Dir string
-	// NodeNetNS and OutsideNetNS are the paths of the two network
-	// namespaces (bind mounts under /run/netns).
-	NodeNetNS, OutsideNetNS string
-	// CNIBinDir and CNIConfDir are the node's CNI directories (containerd's
-	// bin_dir and conf_dir).
-	CNIBinDir, CNIConfDir string
-	// PrimaryConflist is the ptp + host-local conflist in CNIConfDir.
-	PrimaryConflist string
-	// AdminKubeconfig is a system:masters kubeconfig; KubeletKubeconfig is
-	// the node's own (system:node:NodeName, group system:nodes), which the
-	// Node authorizer limits to this node's objects. Both reach the
-	// apiserver at https://127.0.0.1:6443 from the node netns.
-	AdminKubeconfig, KubeletKubeconfig string
-	// ContainerdSock is containerd's gRPC socket.
-	ContainerdSock string
+	// Nodes are the nodes, the control plane's first.
+	Nodes []*Node
+	// SwitchNetNS holds the bridge of the uplinks' segment; OutsideNetNS
+	// is the network outside the nodes, on that segment.
+	SwitchNetNS, OutsideNetNS string
+	// AdminKubeconfig is a system:masters kubeconfig reaching the
+	// apiserver at https://127.0.0.1:6443 from the first node's netns.
+	AdminKubeconfig string
 
-	holder *exec.Cmd
-	procs  []*proc // started daemons, in start order
-
-	criConn *grpc.ClientConn
-	cri     runtimeapi.RuntimeServiceClient
-	images  runtimeapi.ImageServiceClient
-	api     *http.Client // the apiserver as admin, dialing in the node netns
-
+	procs    []*proc      // started daemons, in start order
+	api      *http.Client // the apiserver as admin, dialing in the first node's netns
 	registry *http.Server // StartRegistry's, or nil
-
-	cgroupRoot string   // kubelet's cgroupRoot, e.g. /podwire-k8s-123
-	cgroupDirs []string // the cgroupRoot dirs made in each hierarchy
-	hostDirs   []string // host mountpoints made by Start, removed by Stop
-	stopOnce   sync.Once
-	stopErr    error
+	hostDirs []string     // host mountpoints made by Start, removed by Stop
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // proc is a daemon of the cluster.
 type proc struct {
 	name   string
+	node   *Node // where it runs
 	cmd    *exec.Cmd
 	log    *os.File
 	exited chan struct{}
@@ -140,12 +150,23 @@ func (p *proc) running() bool {
 	}
 }
 
-// Start brings the cluster up: the node is Ready and schedulable when it
-// returns, the pause image is imported, the default ServiceAccount of the
-// default namespace exists. On error, what was started is stopped.
+// Start brings the cluster up. With PrimaryPTP every node is Ready and
+// schedulable when it returns; with PrimaryNone every node is registered
+// (not Ready until the caller's pod network writes its conflist). The
+// pause image is imported on every node and the default ServiceAccount of
+// the default namespace exists. On error, what was started is stopped.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
+	}
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Primary == "" {
+		opts.Primary = PrimaryPTP
+	}
+	if opts.Nodes < 1 || opts.Nodes > 200 {
+		return nil, fmt.Errorf("Nodes %d: want 1 to 200", opts.Nodes)
 	}
 	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(opts.K8sBinDir, b)); err != nil {
@@ -164,13 +185,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{opts: opts, logf: opts.Logf, Dir: dir,
-		CNIBinDir: filepath.Join(dir, "cni-bin"), CNIConfDir: filepath.Join(dir, "net.d"),
-		ContainerdSock:    filepath.Join(dir, "containerd.sock"),
-		AdminKubeconfig:   filepath.Join(dir, "admin.kubeconfig"),
-		KubeletKubeconfig: filepath.Join(dir, "kubelet.kubeconfig"),
-		cgroupRoot:        "/" + filepath.Base(dir),
-	}
+	c = &Cluster{opts: opts, logf: opts.Logf, Dir: dir, AdminKubeconfig: filepath.Join(dir, "admin.kubeconfig")}
 	defer func() {
 		if err != nil {
 			c.logf("cluster start failed: %v; logs in %s", err, filepath.Join(dir, "logs"))
@@ -180,45 +195,62 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	start := time.Now()
 	step := func(what string) { c.logf("%-28s %6.1fs", what, time.Since(start).Seconds()) }
 
-	for _, d := range []string{"cni-bin", "net.d", "run", "logs", "sys", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "pki", "etcd", "manifests", "volume-plugins", "flex", "kubectl-cache", "apiserver-certs"} {
+	for _, d := range []string{"logs", "pki", "etcd", "flex", "kubectl-cache", "apiserver-certs"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return c, err
 		}
 	}
-	if err := c.makeNetwork(); err != nil {
+	if err := c.makeSwitch(); err != nil {
 		return c, err
 	}
 	if err := c.makeHostDirs(); err != nil {
 		return c, err
 	}
-	if err := c.makeCgroups(); err != nil {
-		return c, err
+	for i := 0; i < opts.Nodes; i++ {
+		n, err := c.newNode(i)
+		if err != nil {
+			return c, err
+		}
+		c.Nodes = append(c.Nodes, n)
+		if err := n.makeNetwork(); err != nil {
+			return c, err
+		}
+		if err := n.makeCgroups(); err != nil {
+			return c, err
+		}
+		if err := n.startHolder(ctx); err != nil {
+			return c, err
+		}
+		if err := n.linkPlugins(); err != nil {
+			return c, err
+		}
+		if opts.Primary == PrimaryPTP {
+			if err := n.writePTP(); err != nil {
+				return c, err
+			}
+		}
 	}
-	if err := c.startHolder(ctx); err != nil {
-		return c, err
-	}
-	step("namespaces ready")
+	step(fmt.Sprintf("%d node namespaces ready", opts.Nodes))
 	if err := c.writePKI(); err != nil {
 		return c, err
 	}
 	step("certificates written")
-	if err := c.writeCNI(); err != nil {
-		return c, err
-	}
 
 	if err := c.startEtcd(ctx); err != nil {
 		return c, err
 	}
 	step("etcd healthy")
-	if err := c.startContainerd(ctx); err != nil {
-		return c, err
-	}
 	archive, err := BuildPauseArchive(dir, PauseImage)
 	if err != nil {
 		return c, err
 	}
-	if err := c.ImportImage(ctx, archive); err != nil {
-		return c, err
+	for _, n := range c.Nodes {
+		if err := n.startContainerd(ctx); err != nil {
+			return c, err
+		}
+		if err := n.ImportImage(ctx, archive); err != nil {
+			return c, err
+		}
 	}
 	step("containerd up, pause imported")
 	if err := c.startAPIServer(ctx); err != nil {
@@ -228,13 +260,19 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startControllers(); err != nil {
 		return c, err
 	}
-	if err := c.startKubelet(); err != nil {
+	for _, n := range c.Nodes {
+		if err := n.startKubelet(); err != nil {
+			return c, err
+		}
+	}
+	if opts.Primary == PrimaryPTP {
+		if err := c.WaitNodesReady(ctx); err != nil {
+			return c, err
+		}
+	} else if err := c.waitNodesRegistered(ctx); err != nil {
 		return c, err
 	}
-	if err := c.waitNodeSchedulable(ctx); err != nil {
-		return c, err
-	}
-	step("node Ready, no taints")
+	step("nodes registered")
 	if err := c.WaitServiceAccount(ctx, "default"); err != nil {
 		return c, err
 	}
@@ -254,41 +292,48 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop() error {
 	var errs []error
-	// The kubelet first, so it does not restart what is torn down below.
-	for _, name := range []string{"kubelet", "kube-controller-manager", "kube-scheduler"} {
-		if p := c.proc(name); p != nil {
+	// The kubelets first, so they do not restart what is torn down below.
+	for _, p := range c.procs {
+		if p.name == "kubelet" || p.name == "kube-controller-manager" || p.name == "kube-scheduler" {
 			errs = append(errs, c.end(p))
 		}
 	}
-	if p := c.proc("containerd"); p != nil && p.running() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		errs = append(errs, c.removeAllSandboxes(ctx))
-		cancel()
-	}
-	if c.criConn != nil {
-		c.criConn.Close()
+	for _, n := range c.Nodes {
+		if p := c.proc(n, "containerd"); p != nil && p.running() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			errs = append(errs, n.removeAllSandboxes(ctx))
+			cancel()
+		}
+		if n.criConn != nil {
+			n.criConn.Close()
+		}
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		errs = append(errs, c.end(c.procs[i]))
 	}
 	errs = append(errs, c.stopRegistry())
-	// Shims daemonize away from containerd: end those of this run only.
-	for _, pid := range ProcessesMentioning(c.ContainerdSock) {
-		c.logf("cleanup: killing leftover shim %d", pid)
-		syscall.Kill(pid, syscall.SIGKILL)
-		waitGone(pid, 5*time.Second)
+	for _, n := range c.Nodes {
+		// Shims daemonize away from containerd: end those of this run only.
+		for _, pid := range ProcessesMentioning(n.ContainerdSock) {
+			c.logf("cleanup: killing leftover shim %d", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+			waitGone(pid, 5*time.Second)
+		}
+		if n.holder != nil && n.holder.Process != nil {
+			n.holder.Process.Kill()
+			n.holder.Wait()
+		}
+		errs = append(errs, n.removeCgroups())
 	}
-	if c.holder != nil && c.holder.Process != nil {
-		c.holder.Process.Kill()
-		c.holder.Wait()
-	}
-	errs = append(errs, c.removeCgroups())
 	for i := len(c.hostDirs) - 1; i >= 0; i-- {
 		if err := os.Remove(c.hostDirs[i]); err != nil {
 			errs = append(errs, fmt.Errorf("failed to remove %s: %w", c.hostDirs[i], err))
 		}
 	}
-	errs = append(errs, c.removeNetwork())
+	for _, n := range c.Nodes {
+		errs = append(errs, removeNetNS(n.NetNS))
+	}
+	errs = append(errs, removeNetNS(c.OutsideNetNS), removeNetNS(c.SwitchNetNS))
 	if !c.opts.Keep {
 		if err := os.RemoveAll(c.Dir); err != nil {
 			errs = append(errs, err)
@@ -299,10 +344,10 @@ func (c *Cluster) stop() error {
 	return errors.Join(errs...)
 }
 
-// proc returns the daemon called name, or nil.
-func (c *Cluster) proc(name string) *proc {
+// proc returns the daemon called name on node n, or nil.
+func (c *Cluster) proc(n *Node, name string) *proc {
 	for _, p := range c.procs {
-		if p.name == name {
+		if p.name == name && p.node == n {
 			return p
 		}
 	}
@@ -318,7 +363,7 @@ func (c *Cluster) end(p *proc) error {
 	select {
 	case <-p.exited:
 	case <-time.After(15 * time.Second):
-		c.logf("cleanup: %s did not stop on SIGTERM, killing %d", p.name, p.cmd.Process.Pid)
+		c.logf("cleanup: %s on %s did not stop on SIGTERM, killing %d", p.name, p.node.Name, p.cmd.Process.Pid)
 		p.cmd.Process.Kill()
 		<-p.exited
 	}
@@ -326,58 +371,40 @@ func (c *Cluster) end(p *proc) error {
 	return nil
 }
 
-// run starts a daemon in the node's network and mount namespaces, its
-// output in logs/NAME.log.
-func (c *Cluster) run(name, bin string, args ...string) (*proc, error) {
-	log, err := os.Create(filepath.Join(c.Dir, "logs", name+".log"))
+// logName names a daemon's log in the run's logs/ (LogTail): NAME for the
+// control plane's, NAME.NODE for a node's containerd and kubelet.
+func logName(n *Node, name string) string {
+	if name == "containerd" || name == "kubelet" {
+		return name + "." + n.Name
+	}
+	return name
+}
+
+// run starts a daemon in node n's network and mount namespaces, its
+// output in logs/ (logName).
+func (c *Cluster) run(n *Node, name, bin string, args ...string) (*proc, error) {
+	log, err := os.Create(filepath.Join(c.Dir, "logs", logName(n, name)+".log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := c.NodeCommand(context.Background(), bin, args...)
+	cmd := n.Command(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a ^C of the test reaches the test only, which
 	// then stops the daemons in order.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("failed to start %s: %w", name, err)
+		return nil, fmt.Errorf("failed to start %s on %s: %w", name, n.Name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: log, exited: make(chan struct{})}
+	p := &proc{name: name, node: n, cmd: cmd, log: log, exited: make(chan struct{})}
 	go func() { cmd.Wait(); close(p.exited) }()
 	c.procs = append(c.procs, p)
 	return p, nil
 }
 
-// NodeCommand is bin with args run in the node's network and mount
-// namespaces, as the node's own processes see it (e.g. the plugin that the
-// agent installed at /opt/cni/bin/podwire, reading /run/podwire).
-func (c *Cluster) NodeCommand(ctx context.Context, bin string, args ...string) *exec.Cmd {
-	argv := append([]string{"-t", fmt.Sprint(c.holder.Process.Pid), "-m", "-n", "--", bin}, args...)
-	return exec.CommandContext(ctx, "nsenter", argv...)
-}
-
-// nodeBinds are the node paths that are directories of the run, as the
-// holder binds them (holderScript).
-var nodeBinds = map[string]string{
-	"/run": "run", "/var/log": "varlog", "/var/lib/kubelet": "kubelet", "/var/lib/cni": "varlibcni",
-	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d",
-}
-
-// NodePath returns where the node's path p (e.g. /run/podwire, a hostPath of
-// a DaemonSet) is on the host: under the run's directory when p lies in one
-// of the node's bound directories, else p itself (the host's file).
-func (c *Cluster) NodePath(p string) string {
-	p = filepath.Clean(p)
-	for node, dir := range nodeBinds {
-		if rel, err := filepath.Rel(node, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			return filepath.Join(c.Dir, dir, rel)
-		}
-	}
-	return p
-}
-
-// LogTail returns the last n bytes of a daemon's log (etcd, containerd,
-// kube-apiserver, kube-controller-manager, kube-scheduler, kubelet).
+// LogTail returns the last n bytes of a daemon's log: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, or
+// containerd.NODE and kubelet.NODE.
 func (c *Cluster) LogTail(name string, n int) string {
 	b, _ := os.ReadFile(filepath.Join(c.Dir, "logs", name+".log"))
 	if len(b) > n {
@@ -395,13 +422,13 @@ func (c *Cluster) wait(ctx context.Context, what string, p *proc, interval time.
 			return nil
 		}
 		if p != nil && !p.running() {
-			return fmt.Errorf("%s exited while waiting for %s: %v\n%s", p.name, what, last, c.LogTail(p.name, 4000))
+			return fmt.Errorf("%s exited while waiting for %s: %v\n%s", p.name, what, last, c.LogTail(logName(p.node, p.name), 4000))
 		}
 		select {
 		case <-ctx.Done():
 			tail := ""
 			if p != nil {
-				tail = "\n" + c.LogTail(p.name, 4000)
+				tail = "\n" + c.LogTail(logName(p.node, p.name), 4000)
 			}
 			return fmt.Errorf("timed out waiting for %s: %v%s", what, last, tail)
 		case <-time.After(interval):

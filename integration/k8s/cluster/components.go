@@ -9,15 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const apiServer = "https://127.0.0.1:6443"
@@ -25,26 +22,33 @@ const apiServer = "https://127.0.0.1:6443"
 func (c *Cluster) k8sBin(name string) string { return filepath.Join(c.opts.K8sBinDir, name) }
 func (c *Cluster) pki(name string) string    { return filepath.Join(c.Dir, "pki", name) }
 
-// writePKI makes the CA, every component's certificate, the
-// service-account keys and the kubeconfigs.
+// writePKI makes the CA, every component's certificate (a kubelet's per
+// node), the service-account keys and the kubeconfigs.
 func (c *Cluster) writePKI() error {
 	p, err := newPKI(filepath.Join(c.Dir, "pki"))
 	if err != nil {
 		return err
 	}
-	serverIPs := []net.IP{net.ParseIP("127.0.0.1"), net.IP(NodeIP.AsSlice()), net.ParseIP("10.96.0.1")}
+	cp := c.Nodes[0]
+	serverIPs := []net.IP{net.ParseIP("127.0.0.1"), net.IP(cp.IP.AsSlice()), net.IP(ServiceCIDR.Addr().Next().AsSlice())}
+	if c.opts.DualStack {
+		serverIPs = append(serverIPs, net.IP(cp.IP6.AsSlice()), net.IP(ServiceCIDR6.Addr().Next().AsSlice()))
+	}
 	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	certs := []struct {
+	type cert struct {
 		name, cn string
 		orgs     []string
 		server   bool
-	}{
+	}
+	certs := []cert{
 		{"apiserver", "kube-apiserver", nil, true},
 		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
 		{"admin", "podwire-admin", []string{"system:masters"}, false},
 		{"controller-manager", "system:kube-controller-manager", nil, false},
 		{"scheduler", "system:kube-scheduler", nil, false},
-		{"kubelet", "system:node:" + NodeName, []string{"system:nodes"}, false},
+	}
+	for _, n := range c.Nodes {
+		certs = append(certs, cert{"kubelet-" + n.Name, "system:node:" + n.Name, []string{"system:nodes"}, false})
 	}
 	for _, cert := range certs {
 		if err := p.issue(cert.name, cert.cn, cert.orgs, cert.server, serverDNS, serverIPs); err != nil {
@@ -55,7 +59,7 @@ func (c *Cluster) writePKI() error {
 		return err
 	}
 	for name, path := range map[string]string{
-		"admin": c.AdminKubeconfig, "kubelet": c.KubeletKubeconfig,
+		"admin":              c.AdminKubeconfig,
 		"controller-manager": filepath.Join(c.Dir, "controller-manager.kubeconfig"),
 		"scheduler":          filepath.Join(c.Dir, "scheduler.kubeconfig"),
 	} {
@@ -63,47 +67,22 @@ func (c *Cluster) writePKI() error {
 			return err
 		}
 	}
-	return nil
-}
-
-// writeCNI links the reference plugins into the node's bin dir and writes
-// the primary conflist as stock installers do (flannel's, Calico's and
-// Cilium's still write cniVersion 0.3.1).
-func (c *Cluster) writeCNI() error {
-	for _, p := range []string{"ptp", "host-local", "loopback"} {
-		if err := os.Symlink(filepath.Join(c.opts.CNIBinDir, p), filepath.Join(c.CNIBinDir, p)); err != nil {
+	for _, n := range c.Nodes {
+		if err := p.kubeconfig(n.Kubeconfig, "kubelet-"+n.Name, c.APIServerURL()); err != nil {
 			return err
 		}
 	}
-	c.PrimaryConflist = filepath.Join(c.CNIConfDir, "10-ptp.conflist")
-	return os.WriteFile(c.PrimaryConflist, c.PrimaryConflistBytes(), 0o644)
+	return nil
 }
 
-// PrimaryConflistBytes is the primary's conflist as its installer writes
-// it (without podwire): what a flannel-style installer puts back on restart.
-func (c *Cluster) PrimaryConflistBytes() []byte {
-	return []byte(fmt.Sprintf(`{
-  "cniVersion": "0.3.1",
-  "name": "k8s-pod-network",
-  "plugins": [
-    {
-      "type": "ptp",
-      "mtu": 1500,
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": %q, "gateway": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": %q
-      }
-    }
-  ]
-}
-`, PodCIDR, PodCIDR.Addr().Next(), filepath.Join(c.Dir, "ipam")))
+// APIServerURL is the apiserver as every node reaches it: the first
+// node's uplink address, port 6443.
+func (c *Cluster) APIServerURL() string {
+	return "https://" + net.JoinHostPort(c.Nodes[0].IP.String(), "6443")
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	p, err := c.run("etcd", c.opts.EtcdBin,
+	p, err := c.run(c.Nodes[0], "etcd", c.opts.EtcdBin,
 		"--name=default", "--data-dir="+filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
@@ -112,7 +91,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: dialer(c.NodeNetNS)}, Timeout: 2 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dialer(c.Nodes[0].NetNS)}, Timeout: 2 * time.Second}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return c.wait(ctx, "etcd /health", p, 100*time.Millisecond, func() error {
@@ -120,96 +99,13 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	})
 }
 
-// containerdConfig is containerd 1.6's config (version 2), shared with the
-// CRI suite (integration/cri) through ContainerdConfig: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
-// the streaming server on the node's loopback; CNI dirs of the run;
-// max_conf_num 1 (the first conflist is the network, as with a kubelet);
-// registry hosts from {{dir}}/certs.d (one hosts.toml per registry, read at
-// each pull: StartRegistry adds the run's plain-HTTP registry there).
-const containerdConfig = `version = 2
-root = "{{dir}}/containerd-root"
-state = "{{dir}}/containerd-state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-
-[grpc]
-  address = "{{dir}}/containerd.sock"
-
-[ttrpc]
-  address = "{{dir}}/containerd.sock.ttrpc"
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{{dir}}/opt"
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "{{pause}}"
-    restrict_oom_score_adj = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    enable_selinux = false
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          BinaryName = "{{runc}}"
-          Root = "{{dir}}/runc"
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "{{dir}}/cni-bin"
-      conf_dir = "{{dir}}/net.d"
-      max_conf_num = 1
-    [plugins."io.containerd.grpc.v1.cri".registry]
-      config_path = "{{dir}}/certs.d"
-`
-
-// ContainerdConfig returns the config of a containerd whose root, state,
-// sockets, runc root and CNI dirs are all under dir, running runc (a path)
-// with sandbox image pause.
-func ContainerdConfig(dir, runc, pause string) string {
-	return strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc, "{{pause}}", pause).Replace(containerdConfig)
-}
-
-func (c *Cluster) startContainerd(ctx context.Context) error {
-	runc, _ := exec.LookPath("runc")
-	cfg := ContainerdConfig(c.Dir, runc, PauseImage)
-	path := filepath.Join(c.Dir, "containerd.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	p, err := c.run("containerd", "containerd", "--config", path)
-	if err != nil {
-		return err
-	}
-	conn, err := grpc.NewClient("unix://"+c.ContainerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	c.cri = runtimeapi.NewRuntimeServiceClient(conn)
-	c.images = runtimeapi.NewImageServiceClient(conn)
-	c.criConn = conn
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return c.wait(ctx, "containerd's CRI", p, 100*time.Millisecond, func() error {
-		_, err := c.cri.Version(ctx, &runtimeapi.VersionRequest{})
-		return err
-	})
-}
-
-// ImportImage imports an OCI archive (WriteImageArchive) into containerd's
-// k8s.io namespace and waits until the CRI sees the image named ref in it.
-// Pods use it with imagePullPolicy: Never.
-func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "-a", c.ContainerdSock, "-n", "k8s.io", "images", "import",
-		"--snapshotter", "overlayfs", archive).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("failed to import %s: %v\n%s", archive, err, out)
-	}
-	return nil
-}
-
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	p, err := c.run("kube-apiserver", c.k8sBin("kube-apiserver"),
-		"--advertise-address="+NodeIP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
+	serviceCIDRs := ServiceCIDR.String()
+	if c.opts.DualStack {
+		serviceCIDRs += "," + ServiceCIDR6.String()
+	}
+	p, err := c.run(c.Nodes[0], "kube-apiserver", c.k8sBin("kube-apiserver"),
+		"--advertise-address="+c.Nodes[0].IP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--client-ca-file="+c.pki("ca.crt"),
 		"--tls-cert-file="+c.pki("apiserver.crt"), "--tls-private-key-file="+c.pki("apiserver.key"),
@@ -221,7 +117,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--service-account-key-file="+c.pki("sa.pub"),
 		"--service-account-signing-key-file="+c.pki("sa.key"),
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--service-cluster-ip-range="+ServiceCIDR.String(), "--allow-privileged=true",
+		"--service-cluster-ip-range="+serviceCIDRs, "--allow-privileged=true",
 		"--cert-dir="+filepath.Join(c.Dir, "apiserver-certs"), "--profiling=false")
 	if err != nil {
 		return err
@@ -250,7 +146,7 @@ func (c *Cluster) apiClient() (*http.Client, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext:     dialer(c.NodeNetNS),
+		DialContext:     dialer(c.Nodes[0].NetNS),
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool},
 	}}, nil
 }
@@ -269,127 +165,131 @@ func httpOK(hc *http.Client, url string) error {
 }
 
 func (c *Cluster) startControllers() error {
-	if _, err := c.run("kube-controller-manager", c.k8sBin("kube-controller-manager"),
-		"--kubeconfig="+filepath.Join(c.Dir, "controller-manager.kubeconfig"),
-		"--use-service-account-credentials", "--service-account-private-key-file="+c.pki("sa.key"),
-		"--root-ca-file="+c.pki("ca.crt"),
-		"--cluster-signing-cert-file="+c.pki("ca.crt"), "--cluster-signing-key-file="+c.pki("ca.key"),
+	args := []string{
+		"--kubeconfig=" + filepath.Join(c.Dir, "controller-manager.kubeconfig"),
+		"--use-service-account-credentials", "--service-account-private-key-file=" + c.pki("sa.key"),
+		"--root-ca-file=" + c.pki("ca.crt"),
+		"--cluster-signing-cert-file=" + c.pki("ca.crt"), "--cluster-signing-key-file=" + c.pki("ca.key"),
 		"--leader-elect=false", "--bind-address=127.0.0.1",
 		// Without it, it creates /usr/libexec/kubernetes on the host.
-		"--flex-volume-plugin-dir="+filepath.Join(c.Dir, "flex"),
-		"--cert-dir="+filepath.Join(c.Dir, "controller-manager-certs")); err != nil {
+		"--flex-volume-plugin-dir=" + filepath.Join(c.Dir, "flex"),
+		"--cert-dir=" + filepath.Join(c.Dir, "controller-manager-certs"),
+	}
+	if c.opts.Primary == PrimaryNone {
+		// Each node's spec.podCIDRs, as kubeadm's --pod-network-cidr sets
+		// it up for flannel's kube subnet manager.
+		clusterCIDRs, serviceCIDRs := ClusterCIDR.String(), ServiceCIDR.String()
+		if c.opts.DualStack {
+			clusterCIDRs += "," + ClusterCIDR6.String()
+			serviceCIDRs += "," + ServiceCIDR6.String()
+		}
+		args = append(args, "--allocate-node-cidrs", "--cluster-cidr="+clusterCIDRs,
+			"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
+			"--service-cluster-ip-range="+serviceCIDRs, "--configure-cloud-routes=false")
+	}
+	if _, err := c.run(c.Nodes[0], "kube-controller-manager", c.k8sBin("kube-controller-manager"), args...); err != nil {
 		return err
 	}
-	_, err := c.run("kube-scheduler", c.k8sBin("kube-scheduler"),
+	_, err := c.run(c.Nodes[0], "kube-scheduler", c.k8sBin("kube-scheduler"),
 		"--kubeconfig="+filepath.Join(c.Dir, "scheduler.kubeconfig"),
 		"--leader-elect=false", "--bind-address=127.0.0.1")
 	return err
 }
 
-// kubeletConfig: cgroupfs and failCgroupV1 false (this host is hybrid
-// cgroup v1; containerd 1.6 does not implement RuntimeConfig, so the driver
-// is set here); oomScoreAdj 0 (root lacks CAP_SYS_RESOURCE);
-// protectKernelDefaults with the fake /proc/sys files of the holder;
-// eviction and image GC thresholds out of the way of a shared disk.
-const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: {{ca}}
-authorization:
-  mode: Webhook
-cgroupDriver: cgroupfs
-cgroupRoot: {{cgroupRoot}}
-failCgroupV1: false
-failSwapOn: false
-oomScoreAdj: 0
-protectKernelDefaults: true
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
-volumePluginDir: {{dir}}/volume-plugins
-podLogsDir: /var/log/pods
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "1Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-`
-
-func (c *Cluster) startKubelet() error {
-	cfg := strings.NewReplacer("{{ca}}", c.pki("ca.crt"), "{{cgroupRoot}}", c.cgroupRoot, "{{dir}}", c.Dir).Replace(kubeletConfig)
-	path := filepath.Join(c.Dir, "kubelet.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	_, err := c.run("kubelet", c.k8sBin("kubelet"), "--config="+path, "--kubeconfig="+c.KubeletKubeconfig,
-		"--hostname-override="+NodeName, "--node-ip="+NodeIP.String())
-	return err
-}
-
-// NodeStatus is what the tests read of the Node object.
+// NodeStatus is what the tests read of a Node object.
 type NodeStatus struct {
 	Ready       bool
 	Taints      []string
 	Annotations map[string]string
+	// PodCIDRs is spec.podCIDRs (allocated with PrimaryNone).
+	PodCIDRs []netip.Prefix
 }
 
-// Node reads the Node object through the API.
-func (c *Cluster) Node() (*NodeStatus, error) {
-	resp, err := c.api.Get(apiServer + "/api/v1/nodes/" + NodeName)
+// Status reads the node's Node object through the API.
+func (n *Node) Status() (*NodeStatus, error) {
+	resp, err := n.c.api.Get(apiServer + "/api/v1/nodes/" + n.Name)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET node %s: %s", NodeName, resp.Status)
+		return nil, fmt.Errorf("GET node %s: %s", n.Name, resp.Status)
 	}
-	var n struct {
+	var obj struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 		Spec struct {
-			Taints []struct{ Key, Effect string } `json:"taints"`
+			Taints   []struct{ Key, Effect string } `json:"taints"`
+			PodCIDRs []string                       `json:"podCIDRs"`
 		} `json:"spec"`
 		Status struct {
 			Conditions []struct{ Type, Status string } `json:"conditions"`
 		} `json:"status"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&n); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(&obj); err != nil {
 		return nil, err
 	}
-	s := &NodeStatus{Annotations: n.Metadata.Annotations}
-	for _, cond := range n.Status.Conditions {
+	s := &NodeStatus{Annotations: obj.Metadata.Annotations}
+	for _, p := range obj.Spec.PodCIDRs {
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: podCIDR %q: %w", n.Name, p, err)
+		}
+		s.PodCIDRs = append(s.PodCIDRs, pfx)
+	}
+	for _, cond := range obj.Status.Conditions {
 		if cond.Type == "Ready" {
 			s.Ready = cond.Status == "True"
 		}
 	}
-	for _, t := range n.Spec.Taints {
+	for _, t := range obj.Spec.Taints {
 		s.Taints = append(s.Taints, t.Key+":"+t.Effect)
 	}
 	return s, nil
 }
 
-func (c *Cluster) waitNodeSchedulable(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+// WaitNodesReady waits until every node is Ready without taints (with
+// PrimaryNone: once the caller's pod network is installed), and then logs
+// "N nodes Ready".
+func (c *Cluster) WaitNodesReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
-	return c.wait(ctx, "node Ready without taints", c.proc("kubelet"), 250*time.Millisecond, func() error {
-		n, err := c.Node()
-		if err != nil {
+	for _, n := range c.Nodes {
+		if err := c.wait(ctx, n.Name+" Ready without taints", c.proc(n, "kubelet"), 250*time.Millisecond, func() error {
+			s, err := n.Status()
+			if err != nil {
+				return err
+			}
+			if !s.Ready || len(s.Taints) > 0 {
+				return fmt.Errorf("node %s: ready %v, taints %v", n.Name, s.Ready, s.Taints)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
-		if !n.Ready || len(n.Taints) > 0 {
-			return fmt.Errorf("node %s: ready %v, taints %v", NodeName, n.Ready, n.Taints)
+	}
+	c.logf("%d nodes Ready", len(c.Nodes))
+	return nil
+}
+
+// waitNodesRegistered waits until every node's Node object exists (with
+// its podCIDRs allocated, with PrimaryNone).
+func (c *Cluster) waitNodesRegistered(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	for _, n := range c.Nodes {
+		if err := c.wait(ctx, n.Name+" registered", c.proc(n, "kubelet"), 250*time.Millisecond, func() error {
+			s, err := n.Status()
+			if err == nil && c.opts.Primary == PrimaryNone && len(s.PodCIDRs) == 0 {
+				return fmt.Errorf("node %s has no podCIDRs yet", n.Name)
+			}
+			return err
+		}); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // WaitServiceAccount waits for the default ServiceAccount of namespace
@@ -397,16 +297,16 @@ func (c *Cluster) waitNodeSchedulable(ctx context.Context) error {
 func (c *Cluster) WaitServiceAccount(ctx context.Context, namespace string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return c.wait(ctx, "ServiceAccount "+namespace+"/default", c.proc("kube-controller-manager"), 200*time.Millisecond, func() error {
+	return c.wait(ctx, "ServiceAccount "+namespace+"/default", c.proc(c.Nodes[0], "kube-controller-manager"), 200*time.Millisecond, func() error {
 		return httpOK(c.api, apiServer+"/api/v1/namespaces/"+namespace+"/serviceaccounts/default")
 	})
 }
 
-// Kubectl runs the cluster's kubectl as the admin, inside the node netns,
+// Kubectl runs the cluster's kubectl as the admin, inside the first node's netns,
 // with stdin (may be empty); it returns stdout, and an error carrying
 // stderr.
 func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
-	argv := append([]string{"--net=" + c.NodeNetNS, "--", c.k8sBin("kubectl"),
+	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", c.k8sBin("kubectl"),
 		"--kubeconfig=" + c.AdminKubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -433,76 +333,13 @@ func (c *Cluster) Versions(ctx context.Context) []string {
 		lines = append(lines, fmt.Sprintf("%-24s %s", name, v))
 	}
 	ask("etcd", c.opts.EtcdBin, "--version")
-	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
-		ask(b, c.k8sBin(b), "--version")
+	for _, b := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"} {
+		if _, err := os.Stat(c.k8sBin(b)); err == nil {
+			ask(b, c.k8sBin(b), "--version")
+		}
 	}
 	ask("kubectl", c.k8sBin("kubectl"), "version", "--client")
 	ask("containerd", "containerd", "--version")
 	ask("runc", "runc", "--version")
 	return lines
-}
-
-// removeAllSandboxes stops and removes every pod sandbox through the CRI
-// (containerd runs the CNI DELs), as the kubelet would have.
-func (c *Cluster) removeAllSandboxes(ctx context.Context) error {
-	l, err := c.cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		return err
-	}
-	for _, s := range l.Items {
-		c.logf("cleanup: removing sandbox %s/%s", s.Metadata.Namespace, s.Metadata.Name)
-		c.cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
-		c.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
-	}
-	return nil
-}
-
-// Sandboxes lists the CRI sandboxes of the pod with uid (any state).
-func (c *Cluster) Sandboxes(ctx context.Context, uid string) ([]*runtimeapi.PodSandbox, error) {
-	l, err := c.cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
-	if err != nil {
-		return nil, err
-	}
-	return l.Items, nil
-}
-
-// PodNetNS returns /proc/PID/ns/net of the ready sandbox of the pod with
-// uid (its pause process), and the sandbox's ID (= CNI_CONTAINERID).
-func (c *Cluster) PodNetNS(ctx context.Context, uid string) (path, sandboxID string, err error) {
-	items, err := c.Sandboxes(ctx, uid)
-	if err != nil {
-		return "", "", err
-	}
-	for _, s := range items {
-		if s.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			continue
-		}
-		st, err := c.cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id, Verbose: true})
-		if err != nil {
-			return "", "", err
-		}
-		var info struct {
-			Pid int `json:"pid"`
-		}
-		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid == 0 {
-			return "", "", fmt.Errorf("no pid in the verbose status of sandbox %s: %v", s.Id, err)
-		}
-		return fmt.Sprintf("/proc/%d/ns/net", info.Pid), s.Id, nil
-	}
-	return "", "", fmt.Errorf("no ready sandbox for pod uid %s", uid)
-}
-
-// CNIConfig returns the CNI configuration containerd has loaded, as its
-// verbose CRI status reports it (JSON with each network's source).
-func (c *Cluster) CNIConfig(ctx context.Context) (string, error) {
-	st, err := c.cri.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
-	if err != nil {
-		return "", err
-	}
-	conf, ok := st.Info["cniconfig"]
-	if !ok {
-		return "", fmt.Errorf("containerd's verbose status has no cniconfig")
-	}
-	return conf, nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -20,73 +21,252 @@ import (
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/internal/testns"
 )
+
+// Node is one node of the cluster: a network namespace on the switch, a
+// private mount namespace held by a sleeping process (the holder), its own
+// containerd, kubelet and cgroup root. Its fields are read-only.
+type Node struct {
+	c *Cluster
+	// Name is the Kubernetes name of the node (podwire-k8s-1, -2, ...).
+	Name string
+	// Index is the node's position in Cluster.Nodes.
+	Index int
+	// IP is the node's IPv4 address on its uplink (eth0, on the switch);
+	// IP6 its IPv6 address there, when the cluster is dual-stack.
+	IP, IP6 netip.Addr
+	// NetNS is the path of the node's network namespace.
+	NetNS string
+	// Dir is the node's directory in the run: the directories the holder
+	// binds over the node's /run, /var/log, CNI dirs and the rest, and
+	// containerd's root, state and socket.
+	Dir string
+	// CNIBinDir and CNIConfDir are the node's /opt/cni/bin and
+	// /etc/cni/net.d, seen from the host (containerd's bin_dir, conf_dir).
+	CNIBinDir, CNIConfDir string
+	// PrimaryConflist is the ptp conflist Start wrote (PrimaryPTP only).
+	PrimaryConflist string
+	// PodCIDR is the node's ptp + host-local range (PrimaryPTP only; with
+	// PrimaryNone the controller-manager allocates the node's podCIDRs).
+	PodCIDR netip.Prefix
+	// ContainerdSock is the node's containerd gRPC socket.
+	ContainerdSock string
+	// Kubeconfig is the kubelet's (system:node:Name, group system:nodes),
+	// reaching the apiserver on the first node's uplink address.
+	Kubeconfig string
+
+	holder     *exec.Cmd
+	criConn    *grpc.ClientConn
+	cri        runtimeapi.RuntimeServiceClient
+	cgroupRoot string   // the kubelet's cgroupRoot, e.g. /podwire-k8s-123-1
+	cgroupDirs []string // cgroupRoot made in each hierarchy
+}
+
+// nodeDirs are the node's directories, made by newNode under Node.Dir.
+var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "volume-plugins", "certs.d"}
+
+// nodeBinds are the node paths that are directories of the node, as the
+// holder binds them (holderScript).
+var nodeBinds = map[string]string{
+	"/run": "run", "/var/log": "varlog", "/var/lib/kubelet": "kubelet", "/var/lib/cni": "varlibcni",
+	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d",
+}
+
+func (c *Cluster) newNode(i int) (*Node, error) {
+	name := fmt.Sprintf("podwire-k8s-%d", i+1)
+	n := &Node{c: c, Name: name, Index: i, IP: nodeIP(i), Dir: filepath.Join(c.Dir, "nodes", name),
+		cgroupRoot: fmt.Sprintf("/%s-%d", filepath.Base(c.Dir), i+1)}
+	if c.opts.DualStack {
+		n.IP6 = nodeIP6(i)
+	}
+	if c.opts.Primary == PrimaryPTP {
+		n.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 198, byte(i), 0}), 24)
+	}
+	n.CNIBinDir, n.CNIConfDir = filepath.Join(n.Dir, "cni-bin"), filepath.Join(n.Dir, "net.d")
+	n.ContainerdSock = filepath.Join(n.Dir, "containerd.sock")
+	n.Kubeconfig = filepath.Join(n.Dir, "kubelet.kubeconfig")
+	for _, d := range nodeDirs {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// nodeIP is node i's uplink address: 10.99.0.1 for the first node (the
+// control plane's), then 10.99.0.3, .4, ... (OutsideIP is .2).
+func nodeIP(i int) netip.Addr {
+	if i == 0 {
+		return netip.AddrFrom4([4]byte{10, 99, 0, 1})
+	}
+	return netip.AddrFrom4([4]byte{10, 99, 0, byte(2 + i)})
+}
+
+// nodeIP6 is node i's uplink IPv6 address: fd99::1, fd99::3, ...
+func nodeIP6(i int) netip.Addr {
+	v4 := nodeIP(i).As4()
+	b := LinkPrefix6.Addr().As16()
+	b[15] = v4[3]
+	return netip.AddrFrom16(b)
+}
 
 // inNetNS runs fn on a thread in the network namespace at path.
 func inNetNS(path string, fn func() error) error {
 	return ns.WithNetNSPath(path, func(ns.NetNS) error { return fn() })
 }
 
-// makeNetwork creates the node and outside namespaces and the link between
-// them: eth0 in each, NodeIP/24 and OutsideIP/24, the node's default route
-// via the outside, and the outside's routes to the pods (and
-// Options.OutsideRoutes) via the node. rp_filter is off in both, so that
-// only podwire's source check decides which forged packets pass; the node
-// forwards.
-func (c *Cluster) makeNetwork() error {
-	node, err := testns.Make()
+// makeSwitch creates the switch namespace (a bridge, br0, with no address:
+// the one L2 segment of every uplink) and the outside namespace on it:
+// eth0 with OutsideIP/24 (and OutsideIP6/64), the network beyond the nodes.
+func (c *Cluster) makeSwitch() error {
+	sw, err := testns.Make()
 	if err != nil {
-		return fmt.Errorf("failed to create the node netns: %w", err)
+		return fmt.Errorf("failed to create the switch netns: %w", err)
 	}
-	c.NodeNetNS = node.Path()
-	node.Close()
+	c.SwitchNetNS = sw.Path()
+	sw.Close()
+	if err := inNetNS(c.SwitchNetNS, func() error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return fmt.Errorf("failed to add the switch's bridge: %w", err)
+		}
+		// No IPv6 address of its own (the switch is not on the segment) and
+		// no multicast snooping, so NDP reaches every port at once.
+		if err := setSysctls(map[string]string{"net/ipv6/conf/br0/disable_ipv6": "1"}); err != nil {
+			return err
+		}
+		if err := netlink.BridgeSetMcastSnoop(br, false); err != nil {
+			return err
+		}
+		return linkUp("lo", "br0")
+	}); err != nil {
+		return err
+	}
 	out, err := testns.Make()
 	if err != nil {
 		return fmt.Errorf("failed to create the outside netns: %w", err)
 	}
 	c.OutsideNetNS = out.Path()
-	defer out.Close()
-
-	if err := inNetNS(c.NodeNetNS, func() error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0", MTU: 1500},
-			PeerName: "eth0", PeerNamespace: netlink.NsFd(int(out.Fd()))}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return fmt.Errorf("failed to add the node's veth: %w", err)
-		}
-		if err := linkUp("lo", "eth0"); err != nil {
-			return err
-		}
-		if err := addAddr("eth0", NodeIP.String()+"/24"); err != nil {
-			return err
-		}
-		eth0, _ := netlinksafe.LinkByName("eth0")
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(OutsideIP.AsSlice())}); err != nil {
-			return fmt.Errorf("failed to add the node's default route: %w", err)
-		}
-		return setSysctls(map[string]string{
-			"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0", "net/ipv4/conf/eth0/rp_filter": "0",
-		})
-	}); err != nil {
+	out.Close()
+	if err := c.plug(c.OutsideNetNS, "out"); err != nil {
 		return err
 	}
 	return inNetNS(c.OutsideNetNS, func() error {
-		if err := linkUp("lo", "eth0"); err != nil {
+		if err := addAddr("eth0", netip.PrefixFrom(OutsideIP, LinkPrefix.Bits())); err != nil {
 			return err
 		}
-		if err := addAddr("eth0", OutsideIP.String()+"/24"); err != nil {
-			return err
-		}
-		eth0, _ := netlinksafe.LinkByName("eth0")
-		for _, p := range append([]netip.Prefix{PodCIDR}, c.opts.OutsideRoutes...) {
-			_, dst, _ := net.ParseCIDR(p.String())
-			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: dst, Gw: net.IP(NodeIP.AsSlice())}); err != nil {
-				return fmt.Errorf("failed to route %s to the node: %w", p, err)
+		if c.opts.DualStack {
+			if err := addAddr("eth0", netip.PrefixFrom(OutsideIP6, LinkPrefix6.Bits())); err != nil {
+				return err
 			}
 		}
 		return setSysctls(map[string]string{"net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0", "net/ipv4/conf/eth0/rp_filter": "0"})
+	})
+}
+
+// plug connects the namespace at nsPath to the switch: eth0 there, port
+// name on br0, both up.
+func (c *Cluster) plug(nsPath, port string) error {
+	target, err := ns.GetNS(nsPath)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	if err := inNetNS(c.SwitchNetNS, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port, MTU: 1500},
+			PeerName: "eth0", PeerNamespace: netlink.NsFd(int(target.Fd()))}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("failed to add the switch port %s: %w", port, err)
+		}
+		l, err := netlinksafe.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		br, err := netlinksafe.LinkByName("br0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(l, br); err != nil {
+			return err
+		}
+		return linkUp(port)
+	}); err != nil {
+		return err
+	}
+	return inNetNS(nsPath, func() error { return linkUp("lo", "eth0") })
+}
+
+// makeNetwork creates the node's netns on the switch: IP/24 (and IP6/64)
+// on eth0, default routes via the outside, forwarding on and rp_filter off
+// (only podwire's source check decides which forged packets pass). The
+// outside routes the node's ptp range (PrimaryPTP) to it, and the first
+// node also carries Options.OutsideRoutes.
+func (n *Node) makeNetwork() error {
+	nn, err := testns.Make()
+	if err != nil {
+		return fmt.Errorf("failed to create the netns of %s: %w", n.Name, err)
+	}
+	n.NetNS = nn.Path()
+	nn.Close()
+	if err := n.c.plug(n.NetNS, fmt.Sprintf("n%d", n.Index+1)); err != nil {
+		return err
+	}
+	if err := inNetNS(n.NetNS, func() error {
+		if err := addAddr("eth0", netip.PrefixFrom(n.IP, LinkPrefix.Bits())); err != nil {
+			return err
+		}
+		eth0, err := netlinksafe.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(OutsideIP.AsSlice())}); err != nil {
+			return fmt.Errorf("failed to add the default route of %s: %w", n.Name, err)
+		}
+		kv := map[string]string{
+			"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0", "net/ipv4/conf/eth0/rp_filter": "0",
+		}
+		if n.IP6.IsValid() {
+			if err := addAddr("eth0", netip.PrefixFrom(n.IP6, LinkPrefix6.Bits())); err != nil {
+				return err
+			}
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: net.IP(OutsideIP6.AsSlice())}); err != nil {
+				return fmt.Errorf("failed to add the IPv6 default route of %s: %w", n.Name, err)
+			}
+			kv["net/ipv6/conf/all/forwarding"] = "1"
+		}
+		return setSysctls(kv)
+	}); err != nil {
+		return err
+	}
+	routes := []netip.Prefix{}
+	if n.PodCIDR.IsValid() {
+		routes = append(routes, n.PodCIDR)
+	}
+	if n.Index == 0 {
+		routes = append(routes, n.c.opts.OutsideRoutes...)
+	}
+	return inNetNS(n.c.OutsideNetNS, func() error {
+		eth0, err := netlinksafe.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		for _, p := range routes {
+			gw := n.IP
+			if p.Addr().Is6() {
+				gw = n.IP6
+			}
+			_, dst, _ := net.ParseCIDR(p.String())
+			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: dst, Gw: net.IP(gw.AsSlice())}); err != nil {
+				return fmt.Errorf("failed to route %s to %s: %w", p, n.Name, err)
+			}
+		}
+		return nil
 	})
 }
 
@@ -99,17 +279,20 @@ func linkUp(names ...string) error {
 	return nil
 }
 
-func addAddr(link, cidr string) error {
+// addAddr adds p to link without duplicate address detection (every
+// address of the run is unique by construction, and DAD would hold an
+// IPv6 address tentative for a second or more).
+func addAddr(link string, p netip.Prefix) error {
 	l, err := netlinksafe.LinkByName(link)
 	if err != nil {
 		return fmt.Errorf("failed to find %s: %w", link, err)
 	}
-	a, err := netlink.ParseAddr(cidr)
-	if err != nil {
-		return err
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
 	}
 	if err := netlink.AddrAdd(l, a); err != nil {
-		return fmt.Errorf("failed to add %s to %s: %w", cidr, link, err)
+		return fmt.Errorf("failed to add %s to %s: %w", p, link, err)
 	}
 	return nil
 }
@@ -123,34 +306,33 @@ func setSysctls(kv map[string]string) error {
 	return nil
 }
 
-// removeNetwork deletes both namespaces (the veth pair goes with them).
-// A plain unmount can fail with EBUSY while the holder's mount namespace,
-// which copied the bind mount, is being torn down: then it is detached
-// lazily.
-func (c *Cluster) removeNetwork() error {
+// removeNetNS deletes the namespace bind-mounted at p (its links go with
+// it). A plain unmount can fail with EBUSY while a holder's mount
+// namespace, which copied the bind mount, is being torn down: then it is
+// detached lazily.
+func removeNetNS(p string) error {
+	if p == "" {
+		return nil
+	}
+	err := unix.Unmount(p, 0)
+	if err == unix.EBUSY {
+		err = unix.Unmount(p, unix.MNT_DETACH)
+	}
 	var errs []error
-	for _, p := range []string{c.NodeNetNS, c.OutsideNetNS} {
-		if p == "" {
-			continue
-		}
-		err := unix.Unmount(p, 0)
-		if err == unix.EBUSY {
-			err = unix.Unmount(p, unix.MNT_DETACH)
-		}
-		if err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			errs = append(errs, fmt.Errorf("failed to unmount %s: %w", p, err))
-		}
-		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
+	if err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		errs = append(errs, fmt.Errorf("failed to unmount %s: %w", p, err))
+	}
+	if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// hostMountpoints are the node paths the holder binds a directory of the
-// run over: they must exist on the host as mountpoints. /var/lib/kubelet is
-// hard-coded in the kubelet (device plugins); /opt/cni/bin and
-// /etc/cni/net.d are where deploy/'s DaemonSet mounts the CNI dirs from.
+// hostMountpoints are the node paths a holder binds a directory of the
+// node over: they must exist on the host as mountpoints. /var/lib/kubelet
+// is hard-coded in the kubelet (device plugins); /opt/cni/bin and
+// /etc/cni/net.d are where DaemonSets (podwire's, flannel's) mount the CNI
+// dirs from.
 var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d"}
 
 // makeHostDirs creates the host mountpoints (and their missing parents)
@@ -177,18 +359,18 @@ func (c *Cluster) makeHostDirs() error {
 // makeCgroups creates the kubelet's cgroupRoot in every cgroup hierarchy
 // (this host is hybrid v1: the kubelet's cgroupfs driver wants it in each
 // controller's hierarchy), cpuset's with its parent's cpus and mems.
-func (c *Cluster) makeCgroups() error {
+func (n *Node) makeCgroups() error {
 	hier, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err == nil {
 		hier = append(hier, "/sys/fs/cgroup/cgroup.procs") // pure v2
 	}
 	for _, h := range hier {
 		parent := filepath.Dir(h)
-		d := parent + c.cgroupRoot
+		d := parent + n.cgroupRoot
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return fmt.Errorf("failed to create cgroup %s: %w", d, err)
 		}
-		c.cgroupDirs = append(c.cgroupDirs, d)
+		n.cgroupDirs = append(n.cgroupDirs, d)
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
 			if b, err := os.ReadFile(filepath.Join(parent, f)); err == nil {
 				if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
@@ -214,10 +396,10 @@ func CgroupTree(root string) []string {
 	return dirs
 }
 
-// removeCgroups removes the cgroupRoot trees, deepest first.
-func (c *Cluster) removeCgroups() error {
+// removeCgroups removes the node's cgroupRoot trees, deepest first.
+func (n *Node) removeCgroups() error {
 	var errs []error
-	for _, root := range c.cgroupDirs {
+	for _, root := range n.cgroupDirs {
 		for _, dir := range CgroupTree(root) {
 			var err error
 			for try := 0; try < 50; try++ { // a cgroup empties shortly after its last process dies
@@ -262,30 +444,296 @@ touch "$d/holder.ready"
 exec sleep infinity`
 
 // startHolder starts the process that holds the node's mount namespace.
-func (c *Cluster) startHolder(ctx context.Context) error {
-	log, err := os.Create(filepath.Join(c.Dir, "logs", "holder.log"))
+func (n *Node) startHolder(ctx context.Context) error {
+	log, err := os.Create(filepath.Join(n.c.Dir, "logs", "holder."+n.Name+".log"))
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	c.holder = exec.Command("nsenter", "--net="+c.NodeNetNS, "--",
-		"unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", holderScript, "holder", c.Dir)
-	c.holder.Stdout, c.holder.Stderr = log, log
-	c.holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.holder.Start(); err != nil {
-		return fmt.Errorf("failed to start the namespace holder: %w", err)
+	n.holder = exec.Command("nsenter", "--net="+n.NetNS, "--",
+		"unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", holderScript, "holder", n.Dir)
+	n.holder.Stdout, n.holder.Stderr = log, log
+	n.holder.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.holder.Start(); err != nil {
+		return fmt.Errorf("failed to start the namespace holder of %s: %w", n.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return c.wait(ctx, "the namespace holder", nil, 20*time.Millisecond, func() error {
-		if _, err := os.Stat(filepath.Join(c.Dir, "holder.ready")); err != nil {
-			if b, _ := os.ReadFile(filepath.Join(c.Dir, "logs", "holder.log")); len(b) > 0 {
+	return n.c.wait(ctx, "the namespace holder of "+n.Name, nil, 20*time.Millisecond, func() error {
+		if _, err := os.Stat(filepath.Join(n.Dir, "holder.ready")); err != nil {
+			if b, _ := os.ReadFile(log.Name()); len(b) > 0 {
 				return fmt.Errorf("%s", b)
 			}
 			return err
 		}
 		return nil
 	})
+}
+
+// Command is bin with args run in the node's network and mount
+// namespaces, as the node's own processes see it (e.g. the plugin that the
+// agent installed at /opt/cni/bin/podwire, reading /run/podwire).
+func (n *Node) Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	argv := append([]string{"-t", fmt.Sprint(n.holder.Process.Pid), "-m", "-n", "--", bin}, args...)
+	return exec.CommandContext(ctx, "nsenter", argv...)
+}
+
+// Path returns where the node's path p (e.g. /run/podwire, a hostPath of
+// a DaemonSet) is on the host: under the node's directory when p lies in
+// one of the node's bound directories, else p itself (the host's file).
+func (n *Node) Path(p string) string {
+	p = filepath.Clean(p)
+	for node, dir := range nodeBinds {
+		if rel, err := filepath.Rel(node, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return filepath.Join(n.Dir, dir, rel)
+		}
+	}
+	return p
+}
+
+// writePTP writes the ptp conflist as stock installers do (flannel's,
+// Calico's and Cilium's still write cniVersion 0.3.1).
+func (n *Node) writePTP() error {
+	n.PrimaryConflist = filepath.Join(n.CNIConfDir, "10-ptp.conflist")
+	return os.WriteFile(n.PrimaryConflist, n.PrimaryConflistBytes(), 0o644)
+}
+
+// linkPlugins links the reference plugins into the node's CNI bin dir, as
+// a node image ships them (flannel delegates to bridge and host-local;
+// kubelet's pods need loopback).
+func (n *Node) linkPlugins() error {
+	for _, p := range []string{"ptp", "bridge", "host-local", "loopback", "portmap"} {
+		if err := os.Symlink(filepath.Join(n.c.opts.CNIBinDir, p), filepath.Join(n.CNIBinDir, p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PrimaryConflistBytes is the ptp primary's conflist as its installer
+// writes it (without podwire): what a flannel-style installer puts back on
+// restart.
+func (n *Node) PrimaryConflistBytes() []byte {
+	return []byte(fmt.Sprintf(`{
+  "cniVersion": "0.3.1",
+  "name": "k8s-pod-network",
+  "plugins": [
+    {
+      "type": "ptp",
+      "mtu": 1500,
+      "ipMasq": false,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": %q, "gateway": %q}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": %q
+      }
+    }
+  ]
+}
+`, n.PodCIDR, n.PodCIDR.Addr().Next(), filepath.Join(n.Dir, "ipam")))
+}
+
+// containerdConfig is containerd 1.6's config (version 2), shared with the
+// CRI suite (integration/cri) through ContainerdConfig: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
+// the streaming server on the node's loopback; CNI dirs of the run;
+// max_conf_num 1 (the first conflist is the network, as with a kubelet);
+// registry hosts from {{dir}}/certs.d (one hosts.toml per registry, read at
+// each pull: StartRegistry adds the run's plain-HTTP registry there).
+const containerdConfig = `version = 2
+root = "{{dir}}/containerd-root"
+state = "{{dir}}/containerd-state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{{dir}}/containerd.sock"
+
+[ttrpc]
+  address = "{{dir}}/containerd.sock.ttrpc"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{{dir}}/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "{{pause}}"
+    restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          BinaryName = "{{runc}}"
+          Root = "{{dir}}/runc"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "{{dir}}/cni-bin"
+      conf_dir = "{{dir}}/net.d"
+      max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "{{dir}}/certs.d"
+`
+
+// ContainerdConfig returns the config of a containerd whose root, state,
+// sockets, runc root and CNI dirs are all under dir, running runc (a path)
+// with sandbox image pause.
+func ContainerdConfig(dir, runc, pause string) string {
+	return strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc, "{{pause}}", pause).Replace(containerdConfig)
+}
+
+func (n *Node) startContainerd(ctx context.Context) error {
+	runc, _ := exec.LookPath("runc")
+	path := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(path, []byte(ContainerdConfig(n.Dir, runc, PauseImage)), 0o644); err != nil {
+		return err
+	}
+	p, err := n.c.run(n, "containerd", "containerd", "--config", path)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("unix://"+n.ContainerdSock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	n.cri = runtimeapi.NewRuntimeServiceClient(conn)
+	n.criConn = conn
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return n.c.wait(ctx, "containerd's CRI on "+n.Name, p, 100*time.Millisecond, func() error {
+		_, err := n.cri.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	})
+}
+
+// ImportImage imports an OCI archive (WriteImageArchive) into the node's
+// containerd, k8s.io namespace. Pods use it with imagePullPolicy: Never.
+func (n *Node) ImportImage(ctx context.Context, archive string) error {
+	out, err := exec.CommandContext(ctx, "ctr", "-a", n.ContainerdSock, "-n", "k8s.io", "images", "import",
+		"--snapshotter", "overlayfs", archive).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("failed to import %s on %s: %v\n%s", archive, n.Name, err, out)
+	}
+	return nil
+}
+
+// kubeletConfig: cgroupfs and failCgroupV1 false (this host is hybrid
+// cgroup v1; containerd 1.6 does not implement RuntimeConfig, so the driver
+// is set here); oomScoreAdj 0 (root lacks CAP_SYS_RESOURCE);
+// protectKernelDefaults with the fake /proc/sys files of the holder;
+// eviction and image GC thresholds out of the way of a shared disk.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {{ca}}
+authorization:
+  mode: Webhook
+cgroupDriver: cgroupfs
+cgroupRoot: {{cgroupRoot}}
+failCgroupV1: false
+failSwapOn: false
+oomScoreAdj: 0
+protectKernelDefaults: true
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
+volumePluginDir: {{dir}}/volume-plugins
+podLogsDir: /var/log/pods
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+`
+
+func (n *Node) startKubelet() error {
+	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir).Replace(kubeletConfig)
+	path := filepath.Join(n.Dir, "kubelet.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	nodeIPs := n.IP.String()
+	if n.IP6.IsValid() {
+		nodeIPs += "," + n.IP6.String()
+	}
+	_, err := n.c.run(n, "kubelet", n.c.k8sBin("kubelet"), "--config="+path, "--kubeconfig="+n.Kubeconfig,
+		"--hostname-override="+n.Name, "--node-ip="+nodeIPs)
+	return err
+}
+
+// removeAllSandboxes stops and removes every pod sandbox of the node
+// through the CRI (containerd runs the CNI DELs), as the kubelet would have.
+func (n *Node) removeAllSandboxes(ctx context.Context) error {
+	l, err := n.cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	for _, s := range l.Items {
+		n.c.logf("cleanup: removing sandbox %s/%s on %s", s.Metadata.Namespace, s.Metadata.Name, n.Name)
+		n.cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
+		n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+	}
+	return nil
+}
+
+// Sandboxes lists the node's CRI sandboxes of the pod with uid (any state).
+func (n *Node) Sandboxes(ctx context.Context, uid string) ([]*runtimeapi.PodSandbox, error) {
+	l, err := n.cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": uid}}})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// PodNetNS returns /proc/PID/ns/net of the node's ready sandbox of the pod
+// with uid (its pause process), and the sandbox's ID (= CNI_CONTAINERID).
+func (n *Node) PodNetNS(ctx context.Context, uid string) (path, sandboxID string, err error) {
+	items, err := n.Sandboxes(ctx, uid)
+	if err != nil {
+		return "", "", err
+	}
+	for _, s := range items {
+		if s.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		st, err := n.cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: s.Id, Verbose: true})
+		if err != nil {
+			return "", "", err
+		}
+		var info struct {
+			Pid int `json:"pid"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid == 0 {
+			return "", "", fmt.Errorf("no pid in the verbose status of sandbox %s: %v", s.Id, err)
+		}
+		return fmt.Sprintf("/proc/%d/ns/net", info.Pid), s.Id, nil
+	}
+	return "", "", fmt.Errorf("no ready sandbox on %s for pod uid %s", n.Name, uid)
+}
+
+// CNIConfig returns the CNI configuration the node's containerd has
+// loaded, as its verbose CRI status reports it (JSON with each network's
+// source).
+func (n *Node) CNIConfig(ctx context.Context) (string, error) {
+	st, err := n.cri.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return "", err
+	}
+	conf, ok := st.Info["cniconfig"]
+	if !ok {
+		return "", fmt.Errorf("containerd's verbose status has no cniconfig")
+	}
+	return conf, nil
 }
 
 // ProcessesMentioning lists the pids whose command line contains s (a

@@ -7,6 +7,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,36 +16,38 @@ import (
 )
 
 // RegistryHost is the address of the run's image registry (StartRegistry):
-// the node's loopback, so only the node reaches it.
-const RegistryHost = "127.0.0.1:5000"
+// the outside network's, on the nodes' segment.
+var RegistryHost = netip.AddrPortFrom(OutsideIP, 5000).String()
 
 // StartRegistry serves an in-memory OCI registry (go-containerregistry's
-// pkg/registry, plain HTTP) on RegistryHost inside the node's netns until
-// Stop, and tells the node's containerd to pull from it over plain HTTP, as
-// an operator does for such a registry: a hosts.toml under the CRI
-// registry's config_path. Push to it from the node's netns.
+// pkg/registry, plain HTTP) on RegistryHost inside the outside netns until
+// Stop, and tells every node's containerd to pull from it over plain HTTP,
+// as an operator does for such a registry: a hosts.toml under the CRI
+// registry's config_path. Push to it from the outside netns.
 func (c *Cluster) StartRegistry() error {
 	if c.registry != nil {
 		return fmt.Errorf("the registry is already running")
 	}
 	var ln net.Listener
-	if err := inNetNS(c.NodeNetNS, func() error {
+	if err := inNetNS(c.OutsideNetNS, func() error {
 		var err error
 		ln, err = net.Listen("tcp", RegistryHost)
 		return err
 	}); err != nil {
-		return fmt.Errorf("failed to listen on %s in the node netns: %w", RegistryHost, err)
+		return fmt.Errorf("failed to listen on %s in the outside netns: %w", RegistryHost, err)
 	}
-	dir := filepath.Join(c.Dir, "certs.d", RegistryHost)
 	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n",
 		"http://"+RegistryHost, "http://"+RegistryHost)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		ln.Close()
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
-		ln.Close()
-		return err
+	for _, n := range c.Nodes {
+		dir := filepath.Join(n.Dir, "certs.d", RegistryHost)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			ln.Close()
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	srv := &http.Server{
 		Handler:           registry.New(registry.Logger(log.New(io.Discard, "", 0))),
@@ -56,7 +59,7 @@ func (c *Cluster) StartRegistry() error {
 		}
 	}()
 	c.registry = srv
-	c.logf("registry on %s (node netns)", RegistryHost)
+	c.logf("registry on %s (outside netns)", RegistryHost)
 	return nil
 }
 

@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The add-ons' manifests, as their projects ship them, with the run's
+// values in {{...}} (each file's header lists its changes).
+//
+//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml
+var addons embed.FS
+
+// renderAddon reads addons/name and replaces each {{KEY}} with vals[KEY];
+// a placeholder left unreplaced is an error.
+func renderAddon(name string, vals map[string]string) (string, error) {
+	b, err := addons.ReadFile("addons/" + name)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	for k, v := range vals {
+		s = strings.ReplaceAll(s, "{{"+k+"}}", v)
+	}
+	if i := strings.Index(s, "{{"); i >= 0 {
+		return "", fmt.Errorf("addons/%s: %.40q is not replaced", name, s[i:])
+	}
+	return s, nil
+}
+
+// clusterCIDRs is the controller-manager's --cluster-cidr value.
+func (c *Cluster) clusterCIDRs() string {
+	if c.opts.DualStack {
+		return ClusterCIDR.String() + "," + ClusterCIDR6.String()
+	}
+	return ClusterCIDR.String()
+}
+
+// InstallKubeProxy applies kube-proxy as kubeadm deploys it (a DaemonSet,
+// kube-system/kube-proxy) in nftables mode, running image with the
+// kube-proxy binary at bin inside it, and waits until it runs on every
+// node.
+func (c *Cluster) InstallKubeProxy(ctx context.Context, image, bin string) error {
+	m, err := renderAddon("kube-proxy.yaml", map[string]string{
+		"APISERVER": c.APIServerURL(), "CLUSTER_CIDRS": c.clusterCIDRs(),
+		"KUBE_PROXY_IMAGE": image, "KUBE_PROXY_BIN": bin,
+	})
+	if err != nil {
+		return err
+	}
+	return c.applyAndRollOut(ctx, m, "kube-system", "ds/kube-proxy")
+}
+
+// InstallFlannel applies flannel's own manifest (kube subnet manager,
+// vxlan, nftables, dual-stack when the cluster is) with image, and waits
+// until flannel runs on every node and every node is Ready (its conflist
+// written, so containerd's network is ready).
+func (c *Cluster) InstallFlannel(ctx context.Context, image string) error {
+	if c.opts.Primary != PrimaryNone {
+		return fmt.Errorf("flannel needs Primary %q (podCIDRs allocated, no conflist of Start's)", PrimaryNone)
+	}
+	m, err := renderAddon("kube-flannel.yml", map[string]string{
+		"FLANNEL_IMAGE": image, "CLUSTER_CIDR": ClusterCIDR.String(), "CLUSTER_CIDR6": ClusterCIDR6.String(),
+	})
+	if err != nil {
+		return err
+	}
+	if !c.opts.DualStack {
+		m = strings.Replace(m, `"EnableIPv6": true`, `"EnableIPv6": false`, 1)
+	}
+	if err := c.applyAndRollOut(ctx, m, "kube-flannel", "ds/kube-flannel-ds"); err != nil {
+		return err
+	}
+	return c.WaitNodesReady(ctx)
+}
+
+// applyAndRollOut applies manifests and waits for what's rollout.
+func (c *Cluster) applyAndRollOut(ctx context.Context, manifests, namespace, what string) error {
+	start := time.Now()
+	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("kubectl apply: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "", "-n", namespace, "rollout", "status", what, "--timeout=180s"); err != nil {
+		desc, _ := c.Kubectl(ctx, "", "-n", namespace, "describe", "pods")
+		logs, _ := c.Kubectl(ctx, "", "-n", namespace, "logs", what, "--all-containers", "--tail=40")
+		return fmt.Errorf("%s/%s did not roll out: %v\n%s\n%s\n%s", namespace, what, err, out, desc, logs)
+	}
+	c.logf("%-28s %6.1fs", namespace+"/"+what+" rolled out", time.Since(start).Seconds())
+	return nil
+}
