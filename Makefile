@@ -14,6 +14,12 @@ REF_PLUGINS := ptp host-local tuning portmap bridge loopback macvlan
 K8S_VERSION := v1.37.2
 ETCD_VERSION := v3.6.6
 K8S_BIN_DIR := $(CURDIR)/.cache/k8s-$(K8S_VERSION)
+# flannel, the multi-node suite's primary: flanneld and install-conf at
+# FLANNEL_VERSION, the flannel CNI plugin from containernetworking/plugins
+# at FLANNEL_CNI_VERSION (scripts/flannel-build.sh says why).
+FLANNEL_VERSION := v0.28.10
+FLANNEL_CNI_VERSION := v0.9.1
+FLANNEL_DIR := $(CURDIR)/.cache/flannel-$(FLANNEL_VERSION)
 ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
 
 # One version for both binaries and the image tag: scripts/version.sh (git
@@ -87,9 +93,10 @@ test-e2e: deps image tools
 # time; seconds when cached).
 k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
+	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 
 test-k8s: deps image tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -v -timeout 15m ./integration/k8s/
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh

@@ -9,7 +9,7 @@ import (
 )
 
 // The add-ons' manifests, as their projects ship them, with the run's
-// values in {{...}} (each file's header lists its changes).
+// values in double braces (each file's header lists its changes).
 //
 //go:embed addons/kube-flannel.yml addons/kube-proxy.yaml
 var addons embed.FS

@@ -102,8 +102,10 @@ var (
 	ClusterCIDR  = netip.MustParsePrefix("10.244.0.0/16")
 	ClusterCIDR6 = netip.MustParsePrefix("fd00:10:244::/56")
 	// ServiceCIDR and ServiceCIDR6 are the apiserver's service ranges
-	// (ServiceCIDR6 only when dual-stack).
-	ServiceCIDR  = netip.MustParsePrefix("10.96.0.0/12")
+	// (ServiceCIDR6 only when dual-stack). Not kubeadm's 10.96.0.0/12: that
+	// holds LinkPrefix, and kube-proxy drops traffic to every address of
+	// the service range that is not a ClusterIP.
+	ServiceCIDR  = netip.MustParsePrefix("10.96.0.0/16")
 	ServiceCIDR6 = netip.MustParsePrefix("fd00:10:96::/112")
 )
 

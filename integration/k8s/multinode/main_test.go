@@ -1,0 +1,311 @@
+// Package multinode is podwire's test on a real Kubernetes cluster of two
+// nodes (package cluster) as podwire's users run one: flannel as the
+// primary (its own manifest: kube subnet manager, vxlan, nftables,
+// dual-stack), kube-proxy in nftables mode (kubeadm's DaemonSet), dual-stack
+// Services, and every image but the pause image pulled from a registry on
+// the network outside the nodes, podwire's included (pushed with `make
+// push`'s command, installed with deploy/'s manifests pinned by digest).
+// Every claim is proven with packets between pods on different nodes, the
+// nodes and the outside network. One cluster serves every test of the
+// package: it is started in TestMain and stopped, with every process, mount
+// and namespace of the run, when the tests end.
+//
+// Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
+// Kubernetes binaries of scripts/k8s-build.sh, kube-proxy included),
+// PODWIRE_ETCD, PODWIRE_FLANNEL (scripts/flannel-build.sh's directory),
+// PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF and
+// PODWIRE_CNI_BIN.
+package multinode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/k8s/cluster"
+)
+
+// nodes is the size of the cluster.
+const nodes = 2
+
+var (
+	c            *cluster.Cluster
+	podwireBin   string
+	podwireImage string // bin/podwire-image.tar of `make image`
+	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
+	// podwirePinned is the image pushed to the run's registry, by digest.
+	podwirePinned string
+)
+
+// Test addresses, all inside the run's namespaces.
+var (
+	// serverIP and serverIP6 are a server beyond the cluster (on the
+	// outside network): pod traffic to them leaves with the node's egress
+	// IP.
+	serverIP  = netip.MustParseAddr("192.0.2.10")
+	serverIP6 = netip.MustParseAddr("2001:db8:99::10")
+)
+
+// egressIPs are each node's egress addresses, second addresses on its
+// uplink: node i's are 10.99.0.(10+i) and fd99::(10+i) (hex).
+func egressIPs(i int) (netip.Addr, netip.Addr) {
+	v4 := netip.AddrFrom4([4]byte{10, 99, 0, byte(10 + i)})
+	b := cluster.LinkPrefix6.Addr().As16()
+	b[15] = byte(0x10 + i)
+	return v4, netip.AddrFrom16(b)
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// skipReason is why no cluster was started ("" when one was).
+var skipReason string
+
+// needCluster skips t when TestMain started no cluster.
+func needCluster(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+func run(m *testing.M) int {
+	env := map[string]string{}
+	for _, k := range []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN"} {
+		if env[k] = os.Getenv(k); env[k] == "" {
+			skipReason = "needs root and " + k + " (and the rest of make test-k8s's environment): run it with make test-k8s"
+		}
+	}
+	if os.Geteuid() != 0 {
+		skipReason = "needs root: run it with make test-k8s"
+	}
+	if skipReason != "" {
+		// Every test then reports itself skipped (needCluster), so that
+		// `go test ./...` says so instead of "ok" with nothing run.
+		return m.Run()
+	}
+	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
+	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var err error
+	c, err = cluster.Start(ctx, cluster.Options{
+		K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
+		Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true,
+		Logf: logf, Keep: os.Getenv("PODWIRE_K8S_KEEP") != "",
+	})
+	if err != nil {
+		fmt.Printf("FAIL: cluster start: %v\n", err)
+		return 1
+	}
+	defer func() {
+		t0 := time.Now()
+		if err := c.Stop(); err != nil {
+			fmt.Printf("FAIL: cluster stop: %v\n", err)
+		}
+		logf("stopped in %.1fs", time.Since(t0).Seconds())
+	}()
+	if err := setUp(ctx, env); err != nil {
+		fmt.Printf("FAIL: %v\n", err)
+		return 1
+	}
+	logf("up with flannel, kube-proxy and podwire in %.1fs", time.Since(start).Seconds())
+	return m.Run()
+}
+
+// setUp starts the registry, pushes the add-ons' images and podwire's,
+// installs kube-proxy, flannel (then every node is Ready) and podwire, and
+// routes the test servers' networks on the outside.
+func setUp(ctx context.Context, env map[string]string) error {
+	if err := c.StartRegistry(); err != nil {
+		return err
+	}
+	images, err := pushAddonImages(ctx, env["PODWIRE_K8S_BIN"], env["PODWIRE_FLANNEL"])
+	if err != nil {
+		return err
+	}
+	fmt.Println("versions:")
+	for _, l := range versions(ctx, env["PODWIRE_FLANNEL"]) {
+		fmt.Println("  " + l)
+	}
+	if err := c.InstallKubeProxy(ctx, images.kubeProxy, cluster.KubeProxyBin); err != nil {
+		return err
+	}
+	if err := c.InstallFlannel(ctx, images.flannel); err != nil {
+		return err
+	}
+	fmt.Printf("cluster: %d nodes Ready\n", len(c.Nodes))
+	if err := addServerAddrs(); err != nil {
+		return err
+	}
+	return deployPodwire(ctx)
+}
+
+// versions adds podwire's, flannel's and the reference plugins' to the
+// cluster's.
+func versions(ctx context.Context, flannelDir string) []string {
+	lines := c.Versions(ctx)
+	ask := func(name string, argv ...string) {
+		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+		v := strings.Join(strings.Fields(strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]), " ")
+		if err != nil {
+			v += fmt.Sprintf(" (error: %v)", err)
+		}
+		lines = append(lines, fmt.Sprintf("%-24s %s", name, v))
+	}
+	ask("podwire", podwireBin, "version")
+	ask("flanneld", filepath.Join(flannelDir, "flanneld"), "--version")
+	cmd := exec.CommandContext(ctx, filepath.Join(flannelDir, "flannel"))
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err := cmd.CombinedOutput()
+	lines = append(lines, fmt.Sprintf("%-24s %s %v", "flannel CNI (VERSION)", strings.TrimSpace(string(out)), errOrEmpty(err)))
+	return lines
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// agentNS is deploy/'s namespace.
+const agentNS = "podwire-system"
+
+// deployDir is deploy/, applied with the image under test.
+const deployDir = "../../../deploy"
+
+// podwireConfig is podwire's entry on every node: the source check, and
+// egress from each Node's annotation with no exceptCIDRs at all: the
+// cluster's pod CIDRs and node IPs are excepted from what the agents read
+// of the Nodes. The runtime capability is off:
+// containerd sends no annotations, so every pod's annotations come from
+// the node agent, under deploy/'s RBAC.
+func podwireConfig() map[string]any {
+	return map[string]any{
+		"type":         "podwire",
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": false},
+		"logFile":      "/var/log/podwire.log",
+		"sourceCheck":  true,
+		"egress":       map[string]any{"nodeAnnotation": true},
+	}
+}
+
+// deployPodwire installs podwire as a cluster operator does: the image
+// pushed to the registry with `make push`'s command, podwire's entry in
+// the ConfigMap podwire-config, then deploy/ applied with its image pinned
+// by digest. It returns once every node's containerd has loaded the chain
+// flannel, portmap, podwire.
+func deployPodwire(ctx context.Context) error {
+	entry, err := json.Marshal(podwireConfig())
+	if err != nil {
+		return err
+	}
+	if podwirePinned, err = pushPodwire(ctx); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(deployDir, "00-namespace.yaml")); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "podwire-config",
+		"--from-literal=entry="+string(entry)); err != nil {
+		return err
+	}
+	manifests, err := deployManifests(podwirePinned)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("kubectl apply -f deploy/: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=120s"); err != nil {
+		desc, _ := c.Kubectl(ctx, "", "-n", agentNS, "describe", "pods")
+		logs, _ := c.Kubectl(ctx, "", "-n", agentNS, "logs", "ds/podwire-agent", "--tail=40")
+		return fmt.Errorf("the DaemonSet did not roll out: %v\n%s\n%s\n%s", err, out, desc, logs)
+	}
+	fmt.Printf("podwire: deploy/ applied, agents Ready in %.1fs\n", time.Since(start).Seconds())
+	for _, n := range c.Nodes {
+		if err := waitChain(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitChain waits until n's containerd has loaded flannel's conflist with
+// podwire chained after it.
+func waitChain(ctx context.Context, n *cluster.Node) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		conf, err := n.CNIConfig(ctx)
+		if err == nil && strings.Contains(conf, `\"type\":\"flannel\"`) && strings.Contains(conf, `\"type\":\"podwire\"`) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: containerd never loaded flannel's chain with podwire: %v\n%s", n.Name, err, conf)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// deployManifests is deploy/*.yaml, in order, with the agent's image (the
+// release's) replaced by image; every other line as shipped.
+func deployManifests(image string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no manifests in %s: %v", deployDir, err)
+	}
+	re := regexp.MustCompile(`(?m)^(\s+image:\s*)\S+/podwire-agent:\S+$`)
+	var docs []string
+	replaced := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		replaced += len(re.FindAll(b, -1))
+		docs = append(docs, re.ReplaceAllString(string(b), "${1}"+image))
+	}
+	if replaced != 1 {
+		return "", fmt.Errorf("deploy/ names the podwire-agent image %d times, want once", replaced)
+	}
+	return strings.Join(docs, "\n---\n"), nil
+}
+
+// pushPodwire pushes the archive of `make image` to the run's registry
+// under its version tag with `make push`'s command (scripts/mkimage push),
+// run in the outside netns, and returns the reference it printed, pinned
+// by digest.
+func pushPodwire(ctx context.Context) (string, error) {
+	i := strings.LastIndex(podwireRef, ":")
+	if i < 0 || strings.Contains(podwireRef[i:], "/") {
+		return "", fmt.Errorf("PODWIRE_IMAGE_REF %q has no tag", podwireRef)
+	}
+	ref := cluster.RegistryHost + "/podwire/podwire-agent" + podwireRef[i:]
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
+		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", podwireImage, ref).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("push of %s to %s: %v\n%s", podwireImage, ref, err, stderr)
+	}
+	pinned := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(pinned, ref+"@sha256:") {
+		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
+	}
+	return pinned, nil
+}

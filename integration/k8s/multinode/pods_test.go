@@ -1,0 +1,187 @@
+package multinode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
+)
+
+// Pods of the tests run the pause image (imported on every node) as their
+// container too: every packet of a scenario is sent and received by the
+// test itself inside the pod's network namespace, found through the node's
+// CRI from the pod's UID.
+
+// pod is a running pod as the test sees it.
+type pod struct {
+	namespace, name string
+	node            *cluster.Node
+	uid             string
+	ip4, ip6        netip.Addr
+	netns           string // /proc/PID/ns/net of its sandbox
+}
+
+func kubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := c.Kubectl(ctx, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// runPod creates a pod on node n with labels, waits until it is Ready, and
+// deletes it when the test ends.
+func runPod(t *testing.T, namespace, name string, n *cluster.Node, labels map[string]string) *pod {
+	t.Helper()
+	var lbl strings.Builder
+	if len(labels) > 0 {
+		lbl.WriteString("  labels:\n")
+		for k, v := range labels {
+			fmt.Fprintf(&lbl, "    %s: %q\n", k, v)
+		}
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: %s
+%sspec:
+  nodeName: %s
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+`, name, namespace, lbl.String(), n.Name, cluster.PauseImage)
+	start := time.Now()
+	kubectl(t, manifest, "apply", "-f", "-")
+	t.Cleanup(func() {
+		kubectl(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	})
+	kubectl(t, "", "wait", "-n", namespace, "--for=condition=Ready", "pod/"+name, "--timeout=90s")
+	out := kubectl(t, "", "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid} {.status.podIPs[*].ip}")
+	f := strings.Fields(out)
+	if len(f) < 2 {
+		t.Fatalf("pod %s/%s has no IPs in the API: %q", namespace, name, out)
+	}
+	p := &pod{namespace: namespace, name: name, node: n, uid: f[0]}
+	for _, s := range f[1:] {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			t.Fatalf("pod %s/%s: IP %q: %v", namespace, name, s, err)
+		}
+		if a.Is4() {
+			p.ip4 = a
+		} else {
+			p.ip6 = a
+		}
+	}
+	if !p.ip4.IsValid() || !p.ip6.IsValid() {
+		t.Fatalf("pod %s/%s is not dual-stack: %q", namespace, name, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if p.netns, _, err = n.PodNetNS(ctx, p.uid); err != nil {
+		t.Fatalf("pod %s/%s: %v", namespace, name, err)
+	}
+	t.Logf("pod %s/%s on %s Ready in %v: %s %s", namespace, name, n.Name, time.Since(start).Round(time.Millisecond), p.ip4, p.ip6)
+	return p
+}
+
+// udpEchoServer answers every datagram to port in nsPath (both families)
+// with the source address it saw, until the test ends. For a namespace
+// with one address of each family (a pod's).
+func udpEchoServer(t *testing.T, nsPath string, port int) {
+	t.Helper()
+	conn, err := packets.Listen(nsPath, port)
+	if err != nil {
+		t.Fatalf("failed to listen on UDP %d: %v", port, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go packets.Echo(conn)
+}
+
+// udpEchoServerAt is udpEchoServer bound to addr, so that its answers leave
+// from the address the client dialed (a namespace with several).
+func udpEchoServerAt(t *testing.T, nsPath string, addr netip.AddrPort) {
+	t.Helper()
+	conn, err := packets.ListenAddr(nsPath, addr)
+	if err != nil {
+		t.Fatalf("failed to listen on UDP %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go packets.Echo(conn)
+}
+
+// sourceSeen sends a datagram from p to dst and returns the source the echo
+// server there saw.
+func sourceSeen(t *testing.T, p *pod, dst netip.AddrPort) netip.Addr {
+	t.Helper()
+	src, err := packets.Exchange(p.netns, dst, 15*time.Second)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", p.name, p.node.Name, err)
+	}
+	a, err := netip.ParseAddr(src)
+	if err != nil {
+		t.Fatalf("echo from %s: bad source %q", dst, src)
+	}
+	return a
+}
+
+// addServerAddrs puts serverIP and serverIP6 on the outside network's
+// uplink: the nodes' default routes lead there.
+func addServerAddrs() error {
+	return ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
+		for _, p := range []netip.Prefix{netip.PrefixFrom(serverIP, 32), netip.PrefixFrom(serverIP6, 128)} {
+			if err := addrOn("eth0", p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// addrOn adds p to link (no DAD: the run's addresses are unique).
+func addrOn(link string, p netip.Prefix) error {
+	l, err := netlinksafe.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	a := &netlink.Addr{IPNet: netipNet(p)}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	if err := netlink.AddrAdd(l, a); err != nil {
+		return fmt.Errorf("failed to add %s to %s: %w", p, link, err)
+	}
+	return nil
+}
+
+// addrOff removes p from link.
+func addrOff(link string, p netip.Prefix) error {
+	l, err := netlinksafe.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	return netlink.AddrDel(l, &netlink.Addr{IPNet: netipNet(p)})
+}
+
+func netipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
