@@ -124,8 +124,9 @@ func run(m *testing.M) int {
 }
 
 // setUp starts the registry, pushes the add-ons' images and podwire's,
-// installs kube-proxy, flannel (then every node is Ready) and podwire, and
-// routes the test servers' networks on the outside.
+// installs kube-proxy and flannel (then every node is Ready), puts the
+// test servers' addresses on the outside, runs TestAKSProbe's control
+// while no podwire is in any chain, and installs podwire.
 func setUp(ctx context.Context, env map[string]string) error {
 	if err := c.StartRegistry(); err != nil {
 		return err
@@ -148,6 +149,7 @@ func setUp(ctx context.Context, env map[string]string) error {
 	if err := addServerAddrs(); err != nil {
 		return err
 	}
+	probeControlRun(ctx)
 	return deployPodwire(ctx)
 }
 
@@ -185,8 +187,8 @@ const agentNS = "podwire-system"
 // deployDir is deploy/, applied with the image under test.
 const deployDir = "../../../deploy"
 
-// podwireConfig is podwire's entry on every node: the source check, and
-// egress from each Node's annotation with no exceptCIDRs at all: the
+// podwireConfig is podwire's entry on every node: the source check, the
+// Azure probe SNAT, and egress from each Node's annotation with no exceptCIDRs at all: the
 // cluster's pod CIDRs and node IPs are excepted from what the agents read
 // of the Nodes. The runtime capability is off:
 // containerd sends no annotations, so every pod's annotations come from
@@ -198,6 +200,7 @@ func podwireConfig() map[string]any {
 		"logFile":      "/var/log/podwire.log",
 		"sourceCheck":  true,
 		"egress":       map[string]any{"nodeAnnotation": true},
+		"probeSNAT":    map[string]any{"preset": "azure"},
 	}
 }
 

@@ -47,6 +47,21 @@ func kubectl(t *testing.T, stdin string, args ...string) string {
 // deletes it when the test ends.
 func runPod(t *testing.T, namespace, name string, n *cluster.Node, labels map[string]string) *pod {
 	t.Helper()
+	start := time.Now()
+	t.Cleanup(func() {
+		kubectl(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+	})
+	p, err := startPod(context.Background(), namespace, name, n, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod %s/%s on %s Ready in %v: %s %s", namespace, name, n.Name, time.Since(start).Round(time.Millisecond), p.ip4, p.ip6)
+	return p
+}
+
+// startPod creates a pod on node n with labels and waits until it is
+// Ready, with an address of each family.
+func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string) (*pod, error) {
 	var lbl strings.Builder
 	if len(labels) > 0 {
 		lbl.WriteString("  labels:\n")
@@ -68,22 +83,27 @@ metadata:
     image: %s
     imagePullPolicy: Never
 `, name, namespace, lbl.String(), n.Name, cluster.PauseImage)
-	start := time.Now()
-	kubectl(t, manifest, "apply", "-f", "-")
-	t.Cleanup(func() {
-		kubectl(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
-	})
-	kubectl(t, "", "wait", "-n", namespace, "--for=condition=Ready", "pod/"+name, "--timeout=90s")
-	out := kubectl(t, "", "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid} {.status.podIPs[*].ip}")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := c.Kubectl(ctx, manifest, "apply", "-f", "-"); err != nil {
+		return nil, err
+	}
+	if _, err := c.Kubectl(ctx, "", "wait", "-n", namespace, "--for=condition=Ready", "pod/"+name, "--timeout=90s"); err != nil {
+		return nil, err
+	}
+	out, err := c.Kubectl(ctx, "", "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid} {.status.podIPs[*].ip}")
+	if err != nil {
+		return nil, err
+	}
 	f := strings.Fields(out)
 	if len(f) < 2 {
-		t.Fatalf("pod %s/%s has no IPs in the API: %q", namespace, name, out)
+		return nil, fmt.Errorf("pod %s/%s has no IPs in the API: %q", namespace, name, out)
 	}
 	p := &pod{namespace: namespace, name: name, node: n, uid: f[0]}
 	for _, s := range f[1:] {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			t.Fatalf("pod %s/%s: IP %q: %v", namespace, name, s, err)
+			return nil, fmt.Errorf("pod %s/%s: IP %q: %v", namespace, name, s, err)
 		}
 		if a.Is4() {
 			p.ip4 = a
@@ -92,16 +112,12 @@ metadata:
 		}
 	}
 	if !p.ip4.IsValid() || !p.ip6.IsValid() {
-		t.Fatalf("pod %s/%s is not dual-stack: %q", namespace, name, out)
+		return nil, fmt.Errorf("pod %s/%s is not dual-stack: %q", namespace, name, out)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var err error
 	if p.netns, _, err = n.PodNetNS(ctx, p.uid); err != nil {
-		t.Fatalf("pod %s/%s: %v", namespace, name, err)
+		return nil, fmt.Errorf("pod %s/%s: %v", namespace, name, err)
 	}
-	t.Logf("pod %s/%s on %s Ready in %v: %s %s", namespace, name, n.Name, time.Since(start).Round(time.Millisecond), p.ip4, p.ip6)
-	return p
+	return p, nil
 }
 
 // udpEchoServer answers every datagram to port in nsPath (both families)
@@ -133,15 +149,25 @@ func udpEchoServerAt(t *testing.T, nsPath string, addr netip.AddrPort) {
 // server there saw.
 func sourceSeen(t *testing.T, p *pod, dst netip.AddrPort) netip.Addr {
 	t.Helper()
-	src, err := packets.Exchange(p.netns, dst, 15*time.Second)
+	a, err := exchangeFrom(p.netns, dst)
 	if err != nil {
 		t.Fatalf("%s on %s: %v", p.name, p.node.Name, err)
 	}
+	return a
+}
+
+// exchangeFrom sends a datagram from nsPath to the echo server at dst and
+// returns the source it saw.
+func exchangeFrom(nsPath string, dst netip.AddrPort) (netip.Addr, error) {
+	src, err := packets.Exchange(nsPath, dst, 15*time.Second)
+	if err != nil {
+		return netip.Addr{}, err
+	}
 	a, err := netip.ParseAddr(src)
 	if err != nil {
-		t.Fatalf("echo from %s: bad source %q", dst, src)
+		return netip.Addr{}, fmt.Errorf("echo from %s: bad source %q", dst, src)
 	}
-	return a
+	return a, nil
 }
 
 // addServerAddrs puts serverIP and serverIP6 on the outside network's
