@@ -1,5 +1,5 @@
 // Command mkimage builds podwire's image offline and pushes it, with
-// go-containerregistry (no daemon, no base image).
+// internal/ociimage over go-containerregistry (no daemon, no base image).
 //
 // build writes an OCI archive (an OCI image layout in a tar) holding one
 // multi-arch image index: per platform, one image of one layer with the

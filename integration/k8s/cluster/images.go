@@ -1,17 +1,13 @@
 package cluster
 
 import (
-	"archive/tar"
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"time"
+
+	"github.com/podwire/podwire/internal/ociimage"
 )
 
 // PauseImage is the sandbox image of the cluster, built by Start and
@@ -48,12 +44,9 @@ func main() {
 }
 `
 
-// ImageFile is one regular file of an image layer.
-type ImageFile struct {
-	Path string // inside the image, without a leading slash
-	Mode int64
-	Data []byte
-}
+// ImageFile is one entry of an image (internal/ociimage.File): a regular
+// file, or a symlink.
+type ImageFile = ociimage.File
 
 // GoBinary compiles the main package in srcDir statically for the running
 // architecture (CGO_ENABLED=0, -trimpath) and returns the binary's bytes.
@@ -95,92 +88,13 @@ func BuildPauseArchive(dir, ref string) (string, error) {
 	return archive, WriteImageArchive(archive, ref, []ImageFile{{Path: "pause", Mode: 0o755, Data: bin}}, []string{"/pause"})
 }
 
-// WriteImageArchive writes an OCI image layout tarball (for `ctr images
-// import`, see Cluster.ImportImage) of a one-layer image named ref holding
-// files, with entrypoint as its Entrypoint.
+// WriteImageArchive writes an OCI archive (for `ctr images import`, see
+// Node.ImportImage) of a one-layer image for the host's architecture named
+// ref, holding files, with entrypoint as its Entrypoint.
 func WriteImageArchive(path, ref string, files []ImageFile, entrypoint []string) error {
-	epoch := time.Unix(0, 0)
-	var layer bytes.Buffer
-	lw := tar.NewWriter(&layer)
-	for _, f := range files {
-		if err := lw.WriteHeader(&tar.Header{Name: f.Path, Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		if _, err := lw.Write(f.Data); err != nil {
-			return err
-		}
-	}
-	if err := lw.Close(); err != nil {
-		return err
-	}
-
-	blobs := map[string][]byte{}
-	type descriptor struct {
-		MediaType   string            `json:"mediaType"`
-		Digest      string            `json:"digest"`
-		Size        int               `json:"size"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-		Platform    map[string]string `json:"platform,omitempty"`
-	}
-	add := func(mediaType string, data []byte) descriptor {
-		sum := sha256.Sum256(data)
-		blobs[hex.EncodeToString(sum[:])] = data
-		return descriptor{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: len(data)}
-	}
-	mustJSON := func(v any) []byte {
-		b, err := json.Marshal(v)
-		if err != nil {
-			panic(err)
-		}
-		return b
-	}
-	layerDesc := add("application/vnd.oci.image.layer.v1.tar", layer.Bytes())
-	config := add("application/vnd.oci.image.config.v1+json", mustJSON(map[string]any{
-		"architecture": runtime.GOARCH,
-		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": entrypoint},
-		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
-	}))
-	manifest := add("application/vnd.oci.image.manifest.v1+json", mustJSON(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        config,
-		"layers":        []descriptor{layerDesc},
-	}))
-	manifest.Annotations = map[string]string{"io.containerd.image.name": ref}
-	manifest.Platform = map[string]string{"architecture": runtime.GOARCH, "os": "linux"}
-	index := mustJSON(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests":     []descriptor{manifest},
-	})
-
-	f, err := os.Create(path)
+	img, err := ociimage.Image(files, ociimage.Config{Entrypoint: entrypoint})
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	write := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	if err := write("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
-		return err
-	}
-	if err := write("index.json", index); err != nil {
-		return err
-	}
-	for hexDigest, data := range blobs {
-		if err := write("blobs/sha256/"+hexDigest, data); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return f.Close()
+	return ociimage.WriteArchive(path, ref, img)
 }
