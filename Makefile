@@ -41,7 +41,7 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: deps build image push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -57,6 +57,14 @@ build:
 # HTTP allowed with INSECURE=1) and prints the pushed reference with its digest.
 image: build
 	IMAGE=$(IMAGE) VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' PLATFORMS='$(PLATFORMS)' scripts/image.sh
+
+# A second build whose version differs (VERSION-upgrade, the node's
+# platform only), for the multi-node suite's rolling upgrade.
+UPGRADE_VERSION = $(VERSION)-upgrade
+image-upgrade:
+	IMAGE=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) VERSION=$(UPGRADE_VERSION) COMMIT=$(COMMIT) \
+		LDFLAGS='-s -w -X $(BUILDINFO).Version=$(UPGRADE_VERSION) -X $(BUILDINFO).Commit=$(COMMIT)' \
+		PLATFORMS=linux/$(shell $(GO) env GOARCH) OUT=bin/podwire-image-upgrade.tar BUILD_DIR=bin/upgrade scripts/image.sh
 
 push: image
 	$(GO) run ./scripts/mkimage push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)
@@ -95,8 +103,9 @@ k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 
-test-k8s: deps image tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+test-k8s: deps image image-upgrade tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) \
+		PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh

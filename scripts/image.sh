@@ -6,7 +6,9 @@
 # with go-containerregistry; no base image, no daemon, no registry).
 #
 # Run by `make image`, which sets IMAGE (the reference recorded in the
-# archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS.
+# archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS;
+# OUT (default bin/podwire-image.tar) and BUILD_DIR (default bin) place
+# another build beside it (`make image-upgrade`).
 # Import the archive on a node with
 #   ctr -n k8s.io images import bin/podwire-image.tar
 # (it unpacks the node's platform), or push it with `make push`.
@@ -14,15 +16,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${IMAGE:?set by make image}" "${VERSION:?}" "${LDFLAGS:?}"
 PLATFORMS=${PLATFORMS:-linux/amd64 linux/arm64}
+OUT=${OUT:-bin/podwire-image.tar}
+BUILD_DIR=${BUILD_DIR:-bin}
 GO=${GO:-go}
 export CGO_ENABLED=0
 args=()
 for p in $PLATFORMS; do
 	os=${p%/*} arch=${p#*/}
-	out=bin/${os}_$arch
+	out=$BUILD_DIR/${os}_$arch
 	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire" ./plugins/podwire
 	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire-agent" ./cmd/podwire-agent
 	args+=(-platform "$p=$out")
 done
-$GO run ./scripts/mkimage build -o bin/podwire-image.tar -name "$IMAGE" \
+$GO run ./scripts/mkimage build -o "$OUT" -name "$IMAGE" \
 	-version "$VERSION" -revision "${COMMIT:-}" "${args[@]}" podwire-agent podwire

@@ -95,23 +95,15 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	}
 }
 
-// Run runs the agent until ctx ends: the chain first (the binary and the
-// entry), then the informers, the socket, the conf dir watch, the drift loop
-// and the health server.
+// Run runs the agent until ctx ends: the socket and the informers first,
+// then the chain (the binary and the entry), the tables, the conf dir
+// watch, the drift loop and the health server.
 func (a *Agent) Run(ctx context.Context) error {
 	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
 	}
-	a.syncChain(ctx)
-	// The tables at once, not at the first tick: Ready means they are laid
-	// down (readyLocked).
-	a.repair(ctx)
-	go a.pods.Run(ctx)
-	go a.node.Run(ctx)
-	if a.cfg.Cluster != nil {
-		go a.cfg.Cluster.Run(ctx)
-	}
-
+	// The socket first: during a rolling upgrade the plugin's ADDs wait
+	// for it (bounded), and every second before it answers lengthens them.
 	ln, err := a.listen()
 	if err != nil {
 		return err
@@ -121,6 +113,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("socket server stopped", "error", err)
 		}
 	}()
+	go a.pods.Run(ctx)
+	go a.node.Run(ctx)
+	if a.cfg.Cluster != nil {
+		go a.cfg.Cluster.Run(ctx)
+	}
+	a.syncChain(ctx)
+	// The tables at once, not at the first tick: Ready means they are laid
+	// down (readyLocked).
+	a.repair(ctx)
 	if a.cfg.HealthAddr != "" {
 		if err := a.serveHealth(ctx); err != nil {
 			return err

@@ -14,9 +14,12 @@ import (
 	"github.com/podwire/podwire/pkg/ruleset"
 )
 
-// agentTimeout bounds the wait for the node agent's answer (it may be
-// restarting); then ADD fails with CNI error 11, try again later.
-const agentTimeout = 5 * time.Second
+// agentTimeout bounds the wait for the node agent's answer; then ADD fails
+// with CNI error 11, try again later. It covers a rolling upgrade of the
+// DaemonSet (maxUnavailable 1: the old agent's pod ends, the new one's
+// starts and listens), so pods created on the node meanwhile wait instead
+// of failing their sandbox (integration/k8s/multinode TestRollingUpgrade).
+const agentTimeout = 15 * time.Second
 
 // cmdAdd: annotations → gates → node snapshot → pure plan → record written
 // (incomplete) → node tables ensured → VLAN port → forwarding → the

@@ -142,10 +142,11 @@ func setUp(ctx context.Context, env map[string]string) error {
 	if err := c.InstallKubeProxy(ctx, images.kubeProxy, cluster.KubeProxyBin); err != nil {
 		return err
 	}
+	// InstallFlannel returns once every node is Ready, and says so
+	// ("cluster: N nodes Ready").
 	if err := c.InstallFlannel(ctx, images.flannel); err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d nodes Ready\n", len(c.Nodes))
 	if err := addServerAddrs(); err != nil {
 		return err
 	}
@@ -214,7 +215,7 @@ func deployPodwire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if podwirePinned, err = pushPodwire(ctx); err != nil {
+	if podwirePinned, err = pushPodwire(ctx, podwireImage, podwireRef); err != nil {
 		return err
 	}
 	if _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(deployDir, "00-namespace.yaml")); err != nil {
@@ -287,24 +288,24 @@ func deployManifests(image string) (string, error) {
 	return strings.Join(docs, "\n---\n"), nil
 }
 
-// pushPodwire pushes the archive of `make image` to the run's registry
-// under its version tag with `make push`'s command (scripts/mkimage push),
-// run in the outside netns, and returns the reference it printed, pinned
-// by digest.
-func pushPodwire(ctx context.Context) (string, error) {
-	i := strings.LastIndex(podwireRef, ":")
-	if i < 0 || strings.Contains(podwireRef[i:], "/") {
-		return "", fmt.Errorf("PODWIRE_IMAGE_REF %q has no tag", podwireRef)
+// pushPodwire pushes an archive of `make image` (recorded as imageRef,
+// REGISTRY/podwire-agent:VERSION) to the run's registry under its version
+// tag with `make push`'s command (scripts/mkimage push), run in the outside
+// netns, and returns the reference it printed, pinned by digest.
+func pushPodwire(ctx context.Context, archive, imageRef string) (string, error) {
+	i := strings.LastIndex(imageRef, ":")
+	if i < 0 || strings.Contains(imageRef[i:], "/") {
+		return "", fmt.Errorf("image reference %q has no tag", imageRef)
 	}
-	ref := cluster.RegistryHost + "/podwire/podwire-agent" + podwireRef[i:]
+	ref := cluster.RegistryHost + "/podwire/podwire-agent" + imageRef[i:]
 	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
-		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", podwireImage, ref).Output()
+		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", archive, ref).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
 			stderr = ee.Stderr
 		}
-		return "", fmt.Errorf("push of %s to %s: %v\n%s", podwireImage, ref, err, stderr)
+		return "", fmt.Errorf("push of %s to %s: %v\n%s", archive, ref, err, stderr)
 	}
 	pinned := strings.TrimSpace(string(out))
 	if !strings.HasPrefix(pinned, ref+"@sha256:") {
