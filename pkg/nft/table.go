@@ -69,7 +69,12 @@ type Set struct {
 	// concatenation ("ifname . ipv4_addr").
 	Key      []KeyType
 	Interval bool
-	Comment  string
+	// Counter gives every element a counter of its own (nft's "counter"
+	// set flag; the kernel attaches one to each element as it is added, so
+	// adding a pod's element costs what it did without). A non-inverted
+	// lookup of the element counts the packet it matched.
+	Counter bool
+	Comment string
 	// Elements are static elements from the config (an interval set of
 	// excepted CIDRs, say), laid down with the set and part of the hash;
 	// per-pod elements come from the records instead.
@@ -164,6 +169,9 @@ func (t *Table) render(elems map[string][]nftables.SetElement, marker bool) stri
 		if s.Interval {
 			b.WriteString("\t\tflags interval\n")
 		}
+		if s.Counter {
+			b.WriteString("\t\tcounter\n")
+		}
 		if s.Comment != "" {
 			fmt.Fprintf(&b, "\t\tcomment %q\n", s.Comment)
 		}
@@ -248,7 +256,7 @@ var (
 
 // nfSet is the set as google/nftables sends it.
 func (s Set) nfSet(t *nftables.Table) *nftables.Set {
-	ns := &nftables.Set{Table: t, Name: s.Name, Interval: s.Interval, Comment: s.Comment}
+	ns := &nftables.Set{Table: t, Name: s.Name, Interval: s.Interval, Counter: s.Counter, Comment: s.Comment}
 	if len(s.Key) == 1 {
 		ns.KeyType = s.Key[0].dt
 		if s.Key[0] == TypeIFName {
@@ -294,7 +302,7 @@ func (s Set) elementTexts(elems []nftables.SetElement) []string {
 			if end, ok := ends[i]; ok {
 				last = end.Prev()
 			}
-			out = append(out, rangeText(first, last)+commentText(st.Comment))
+			out = append(out, rangeText(first, last)+s.counterText()+commentText(st.Comment))
 		}
 		return out
 	}
@@ -315,9 +323,18 @@ func (s Set) elementTexts(elems []nftables.SetElement) []string {
 			fields = append(fields, first)
 			off += n
 		}
-		out = append(out, strings.Join(fields, " . ")+commentText(e.Comment))
+		out = append(out, strings.Join(fields, " . ")+s.counterText()+commentText(e.Comment))
 	}
 	return out
+}
+
+// counterText is what `nft -s` prints after an element of a counter set
+// (the values left out, as for rules).
+func (s Set) counterText() string {
+	if !s.Counter {
+		return ""
+	}
+	return " counter"
 }
 
 func commentText(c string) string {

@@ -34,16 +34,16 @@ import (
 //	iifname != @checked accept
 //	iifname . arp saddr ip @pod-v4 accept
 //	arp saddr ip 0.0.0.0 accept
-//	icmpv6 type nd-router-advert counter drop
-//	icmpv6 type nd-redirect counter drop
-//	icmpv6 type nd-neighbor-advert @th,64,128 != fe80::/10 iifname . @th,64,128 != @pod-v6 counter drop
+//	icmpv6 type nd-router-advert iifname @checked counter drop
+//	icmpv6 type nd-redirect iifname @checked counter drop
+//	icmpv6 type nd-neighbor-advert @th,64,128 != fe80::/10 iifname . @th,64,128 != @pod-v6 iifname @checked counter drop
 //	iifname . ip saddr @pod-v4 accept
 //	iifname . ip saddr @allowed-v4 accept
 //	iifname . ip6 saddr @pod-v6 accept
 //	iifname . ip6 saddr @allowed-v6 accept
 //	ip6 saddr fe80::/10 accept
 //	ip6 saddr :: accept
-//	counter drop
+//	iifname @checked counter drop
 //
 // Limits: link-local addresses are not known to podwire, so a link-local
 // source, and an advertisement of a link-local target, is allowed from any
@@ -76,10 +76,10 @@ func bridgeRules() []nft.Rule {
 		Unchecked(),
 		Own(setPodV4, nft.ARPSaddrIP),
 		{nft.Is(nft.ARPSaddrIP, netip.IPv4Unspecified()), nft.Accept},
-		{nft.IsICMPv6Type(nft.ICMPv6RouterAdvert), nft.Counter, nft.Drop},
-		{nft.IsICMPv6Type(nft.ICMPv6Redirect), nft.Counter, nft.Drop},
-		{nft.IsICMPv6Type(nft.ICMPv6NeighborAdvert), nft.NotInPrefix(nft.ICMPv6NDTarget, linkLocal),
-			nft.NotIn(setPodV6, nft.IIFName, nft.ICMPv6NDTarget), nft.Counter, nft.Drop},
+		Dropped(nft.IsICMPv6Type(nft.ICMPv6RouterAdvert)),
+		Dropped(nft.IsICMPv6Type(nft.ICMPv6Redirect)),
+		Dropped(nft.IsICMPv6Type(nft.ICMPv6NeighborAdvert), nft.NotInPrefix(nft.ICMPv6NDTarget, linkLocal),
+			nft.NotIn(setPodV6, nft.IIFName, nft.ICMPv6NDTarget)),
 		Own(setPodV4, nft.IPSaddr),
 		Own(setAllowV4, nft.IPSaddr),
 		Own(setPodV6, nft.IP6Saddr),

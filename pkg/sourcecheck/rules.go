@@ -17,9 +17,10 @@ import (
 // SetChecked names the set of checked interfaces.
 const SetChecked = "checked"
 
-// CheckedSet is the set of checked interfaces (ifname keys).
+// CheckedSet is the set of checked interfaces (ifname keys), with a
+// counter per element: the drops of that interface (see Dropped).
 func CheckedSet(comment string) nft.Set {
-	return nft.Set{Name: SetChecked, Key: []nft.KeyType{nft.TypeIFName}, Comment: comment}
+	return nft.Set{Name: SetChecked, Key: []nft.KeyType{nft.TypeIFName}, Counter: true, Comment: comment}
 }
 
 // IfSet is a set keyed by "ifname . k" (an interval set when interval).
@@ -47,8 +48,19 @@ func NeighbourDiscovery() []nft.Rule {
 	}
 }
 
-// DropRest: counter drop.
-func DropRest() nft.Rule { return nft.Rule{nft.Counter, nft.Drop} }
+// DropRest: iifname @checked counter drop. Every packet that reaches it
+// came from a checked interface (Unchecked accepted the others), so the
+// lookup always matches: it is there to bump the interface's element
+// counter, which makes the drops countable per pod with no rule per pod.
+// The inverted lookup of Unchecked counts nothing (the kernel updates an
+// element's counter only when a lookup matches it).
+func DropRest() nft.Rule { return Dropped() }
+
+// Dropped is a drop counted per interface (in the checked set's element)
+// and in total (the rule's counter), after the matches ms.
+func Dropped(ms ...nft.Stmt) nft.Rule {
+	return append(append(nft.Rule{}, ms...), nft.In(SetChecked, nft.IIFName), nft.Counter, nft.Drop)
+}
 
 // Key helpers for the elements of these sets.
 
@@ -71,7 +83,7 @@ func AddrElement(ifname string, a netip.Addr, comment string) nftables.SetElemen
 //	iifname . ip6 saddr @allowed-v6 accept
 //	ip6 saddr fe80::/10 accept
 //	ip6 saddr :: accept
-//	counter drop
+//	iifname @checked counter drop
 //
 // (the golden file testdata/sourcecheck.nft is the whole table).
 func rules() []nft.Rule {
