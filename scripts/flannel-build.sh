@@ -31,9 +31,18 @@ OUT=$CACHE/flannel-$VERSION
 STAMP="$VERSION $CNI_VERSION"
 BINS=(flanneld install-conf flannel)
 
+# The flags the build cache is keyed by: keep them identical between runs so
+# that a rebuild (a clean clone, CI) reuses the compiled packages.
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
 
-if [[ -f $OUT/.stamp && $(cat "$OUT/.stamp") == "$STAMP" ]] && for b in "${BINS[@]}"; do [[ -x $OUT/$b ]] || exit 1; done; then
+complete() { # DIR STAMP BIN...
+	local dir=$1 stamp=$2
+	shift 2
+	[[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]] || return 1
+	for b in "$@"; do [[ -x $dir/$b ]] || return 1; done
+}
+
+if complete "$OUT" "$STAMP" "${BINS[@]}"; then
 	echo "flannel-build: $OUT is complete"
 	exit 0
 fi
@@ -48,7 +57,8 @@ printf 'module podwire.local/flannelbuild\n\ngo %s\n\nrequire github.com/flannel
 src=$(cd "$work/flannel" && "$GO" mod download -json "github.com/flannel-io/flannel@$VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 [[ -f $src/main.go ]] || { echo "flannel-build: no main.go in $src" >&2; exit 1; }
 grep -v -e '/pkg/backend/tencentvpc"' -e '/pkg/backend/udp"' "$src/main.go" >"$work/flannel/main.go"
-(cd "$work/flannel" && "$GO" mod tidy >/dev/null 2>&1 || true)
+# pkg/version.Version is what `flanneld --version` prints (flannel's
+# Makefile sets it the same way).
 (cd "$work/flannel" && time "$GO" build -trimpath \
 	-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$VERSION" \
 	-o out/flanneld . && "$GO" build -trimpath -ldflags "-s -w" -o out/install-conf github.com/flannel-io/flannel/cmd/install_conf)
