@@ -10,6 +10,8 @@ import (
 	"net/netip"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/sourcecheck"
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // NodeStatus is what `podwire status` reports, in the node's netns, from the
@@ -79,6 +81,9 @@ type Attachment struct {
 	Routes                []netip.Prefix `json:"routes,omitempty"`
 	Egress                bool           `json:"egress"`
 	VLAN                  string         `json:"vlan,omitempty"`
+	// Drops is what the source check dropped from this pod's interface;
+	// nil for a pod whose sources are not checked.
+	Drops *Drops `json:"drops,omitempty"`
 }
 
 // RepairResult is what `podwire repair --json` prints.
@@ -90,4 +95,28 @@ type RepairResult struct {
 	// the records' set elements that were re-added.
 	Drift           []string `json:"drift,omitempty"`
 	MissingElements int      `json:"missingElements,omitempty"`
+}
+
+// Drops counts what the source check dropped from one pod's interface
+// (forged sources; on a bridge port also forged ARP/NA claims and router
+// advertisements), read from the element counters of "inet podwire" or
+// "bridge podwire" (sourcecheck.ReadDrops). The count restarts at zero when
+// the element is re-added (a repair of the table).
+type Drops struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// AttachmentDrops is the drops of r's interface in d (from
+// sourcecheck.ReadDrops), or nil when r's sources are not checked or its
+// element is missing.
+func AttachmentDrops(r *state.Record, d map[string]sourcecheck.Drops) *Drops {
+	if !r.SourceCheck || r.HostIfName == "" {
+		return nil
+	}
+	v, ok := d[r.HostIfName]
+	if !ok {
+		return nil
+	}
+	return &Drops{Packets: v.Packets, Bytes: v.Bytes}
 }

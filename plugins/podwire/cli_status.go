@@ -23,6 +23,7 @@ import (
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/ruleset"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
@@ -133,8 +134,14 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 	if err != nil {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("state dir %s: %v", conf.StateDir, err))
 	}
+	drops, err := readDrops(p)
+	if err != nil {
+		st.Warnings = append(st.Warnings, err.Error())
+	}
 	for _, r := range recs {
-		st.Attachments = append(st.Attachments, attachmentFromRecord(r))
+		a := attachmentFromRecord(r)
+		a.Drops = cliapi.AttachmentDrops(r, drops)
+		st.Attachments = append(st.Attachments, a)
 	}
 	// The same health STATUS answers from (health.go); the tables' own
 	// state is read above.
@@ -157,6 +164,16 @@ func readStatus(confDir, conflist, cfg string) (*nodeStatus, error) {
 // readTables verifies the tables the config wants on a node described by
 // env by content and finds podwire's obsolete tables (nft.Inspect, the reads
 // of every ADD).
+// readDrops reads the source check's per-interface drop counters, the
+// ones the node agent exports as podwire_pod_dropped_packets_total.
+func readDrops(p *plugin) (map[string]sourcecheck.Drops, error) {
+	c, err := p.dialNFT()
+	if err != nil {
+		return nil, fmt.Errorf("nftables unusable: %w", err)
+	}
+	return sourcecheck.ReadDrops(c)
+}
+
 func (st *nodeStatus) readTables(p *plugin, conf *config.NetConf, env nodetables.Env) error {
 	c, err := p.dialNFT()
 	if err != nil {
@@ -305,6 +322,9 @@ func (st *nodeStatus) print(w io.Writer) {
 		}
 		if a.Egress {
 			flags = append(flags, "egress-snat")
+		}
+		if d := a.Drops; d != nil {
+			flags = append(flags, fmt.Sprintf("dropped %d packets (%d bytes)", d.Packets, d.Bytes))
 		}
 		var addrs []string
 		for _, ad := range a.Addresses {
