@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/podwire/podwire/pkg/agent"
 	"github.com/podwire/podwire/pkg/agentapi"
@@ -27,14 +28,18 @@ import (
 )
 
 func main() {
+	// Until the flags are read: a bad flag is reported in the default
+	// format.
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(log); err != nil {
+	if err := run(&log); err != nil {
 		log.Error("podwire-agent failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(log *slog.Logger) error {
+// run runs the agent; it replaces *logp by the logger the flags ask for,
+// so that main reports run's error in that format.
+func run(logp **slog.Logger) error {
 	node := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME from spec.nodeName)")
 	stateDir := flag.String("state-dir", config.DefaultStateDir, "podwire's stateDir (host path, mounted at the same path)")
 	confDir := flag.String("cni-conf-dir", "/etc/cni/net.d", "the host's CNI conf dir")
@@ -44,6 +49,9 @@ func run(log *slog.Logger) error {
 	mode := flag.String("mode", agent.ModeAuto, "how to keep podwire in the chain: auto (per primary), edit, derive")
 	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, tables, egress file)")
 	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
+	metricsAddr := flag.String("metrics-bind-address", "", "address of Prometheus /metrics, e.g. :9178 (empty: none)")
+	logFormat := flag.String("log-format", agent.LogText, "log format on stderr: text or json (client-go's klog lines too)")
+	logLevel := flag.String("log-level", "info", "least level logged: debug, info, warn or error")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -52,11 +60,18 @@ func run(log *slog.Logger) error {
 			agentapi.Proto, agentapi.MinProto, agentapi.Proto)
 		return nil
 	}
+	log, err := agent.NewLogger(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	*logp = log
+	// client-go logs through klog: through the same handler, so that one
+	// format and one level hold for every line of the agent.
+	klog.SetSlogLogger(log)
 	if *node == "" {
 		return fmt.Errorf("no node name: set --node-name or NODE_NAME")
 	}
 	var cfg *rest.Config
-	var err error
 	if *kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {
@@ -80,7 +95,8 @@ func run(log *slog.Logger) error {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
-		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, Version: buildinfo.Version,
+		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
+		Version: buildinfo.Version,
 		Chain:   agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 		Cluster: agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 	}, md, core, log)

@@ -11,7 +11,8 @@
 //     (ClusterNodes);
 //   - repairs drift of podwire's nftables tables every few seconds and
 //     records each repair in its log and as an Event on the Node;
-//   - reports its health on a localhost HTTP port (/healthz, /readyz).
+//   - reports its health on a localhost HTTP port (/healthz, /readyz), and
+//     serves Prometheus metrics on another (/metrics, metrics.go).
 //
 // Limits: stopping the agent changes nothing on the node. The plugin's DEL
 // works from the records in stateDir and never asks the agent, so pods wired
@@ -32,12 +33,14 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/google/nftables"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 
 	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/atomicfile"
 	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
 // Config is what the agent works on.
@@ -52,7 +55,9 @@ type Config struct {
 	Interval time.Duration
 	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
 	HealthAddr string
-	Version    string
+	// MetricsAddr serves /metrics ("" = none), e.g. :9178.
+	MetricsAddr string
+	Version     string
 	// Cluster follows every Node for the egress table's exceptions (nil:
 	// none are written; the agent is Ready without them).
 	Cluster *ClusterNodes
@@ -65,6 +70,7 @@ type Agent struct {
 	pods   *Pods
 	node   *Node
 	events corev1client.EventsGetter
+	m      *metrics
 
 	mu     sync.Mutex
 	status agentapi.Status
@@ -87,7 +93,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		cfg.Interval = 3 * time.Second
 	}
 	return &Agent{
-		cfg: cfg, log: log, events: events,
+		cfg: cfg, log: log, events: events, m: newMetrics(cfg.Version),
 		pods:   NewPods(md, cfg.Node, 10*time.Minute),
 		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
 		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
@@ -109,7 +115,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	go func() {
-		if err := agentapi.Serve(ctx, ln, 10*time.Second, a.log, a.handle); err != nil {
+		if err := agentapi.Serve(ctx, ln, 10*time.Second, a.log, a.observedHandle); err != nil {
 			a.log.Error("socket server stopped", "error", err)
 		}
 	}()
@@ -122,8 +128,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
 	a.repair(ctx)
+	a.readNode()
 	if a.cfg.HealthAddr != "" {
 		if err := a.serveHealth(ctx); err != nil {
+			return err
+		}
+	}
+	if a.cfg.MetricsAddr != "" {
+		if err := a.m.serve(ctx, a.cfg.MetricsAddr); err != nil {
 			return err
 		}
 	}
@@ -162,6 +174,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncEgress()
 			a.syncCluster()
 			a.repair(ctx)
+			a.readNode()
 			a.mu.Lock()
 			a.ticked = time.Now()
 			a.mu.Unlock()
@@ -185,11 +198,22 @@ func (a *Agent) listen() (net.Listener, error) {
 	return ln, nil
 }
 
+// observedHandle is handle, counted and timed for /metrics.
+func (a *Agent) observedHandle(ctx context.Context, req agentapi.Request) *agentapi.Response {
+	start := time.Now()
+	resp := a.handle(ctx, req)
+	a.m.observe(req.Op, resp, time.Since(start))
+	return resp
+}
+
 // handle answers one request of the plugin.
 func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Response {
 	switch req.Op {
 	case agentapi.OpPod:
-		resp := a.pods.Annotations(ctx, req.Namespace, req.Name, req.UID)
+		resp, refusal := a.pods.lookup(ctx, req.Namespace, req.Name, req.UID)
+		if refusal != "" {
+			a.m.refusals.WithLabelValues(refusal).Inc()
+		}
 		a.log.Info("pod annotations asked", "pod", req.Namespace+"/"+req.Name, "uid", req.UID,
 			"source", resp.Source, "code", resp.Code, "error", resp.Error)
 		return resp
@@ -249,6 +273,7 @@ func (a *Agent) syncChain(ctx context.Context) {
 	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
 	if res.ConflistChanged && !first {
 		a.status.Restores++
+		a.m.restores.WithLabelValues(res.Mode).Inc()
 	}
 	a.mu.Unlock()
 	if res.BinaryChanged {
@@ -310,7 +335,7 @@ func (a *Agent) repair(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	repaired, tables, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist)
+	res, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist)
 	a.setErr("table repair", err)
 	if err != nil {
 		return
@@ -318,9 +343,17 @@ func (a *Agent) repair(ctx context.Context) {
 	a.mu.Lock()
 	a.tablesVerified = true
 	a.mu.Unlock()
-	if !repaired {
+	if !res.Repaired {
 		return
 	}
+	// What was repaired, by kind: tables that drifted (rebuilt with every
+	// pod's elements) or only pods' elements that were missing.
+	if len(res.Drift) > 0 {
+		a.m.repairs.WithLabelValues(RepairTables).Inc()
+	} else {
+		a.m.repairs.WithLabelValues(RepairElements).Inc()
+	}
+	tables := res.Tables
 	now := time.Now()
 	a.mu.Lock()
 	a.status.Repairs++
@@ -331,6 +364,21 @@ func (a *Agent) repair(ctx context.Context) {
 	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
 		a.log.Warn("failed to record the Event", "error", err)
 	}
+}
+
+// readNode reads the records and the drop counters for /metrics, on the
+// agent's goroutine (the node's netns); a failure is an agent error, shown
+// by `podwire status`, and leaves the last good values out.
+func (a *Agent) readNode() {
+	a.setErr("metrics", a.m.readNode(a.cfg.StateDir, func() (map[string]sourcecheck.Drops, error) {
+		// A one-shot connection: each request opens its socket in
+		// the calling thread's netns.
+		c, err := nftables.New()
+		if err != nil {
+			return nil, err
+		}
+		return sourcecheck.ReadDrops(c)
+	}))
 }
 
 // readyLocked is nil when the agent can do its job: the informers have

@@ -55,28 +55,38 @@ func (p *Pods) Cached() int { return len(p.informer.GetStore().ListKeys()) }
 // when the API cannot answer; 999 when it says no (not found, forbidden,
 // UID mismatch).
 func (p *Pods) Annotations(ctx context.Context, namespace, name, uid string) *agentapi.Response {
+	resp, _ := p.lookup(ctx, namespace, name, uid)
+	return resp
+}
+
+// lookup is Annotations, with the refusal reason of a failed answer
+// (Refusal*; "" on success) for podwire_refusals_total.
+func (p *Pods) lookup(ctx context.Context, namespace, name, uid string) (*agentapi.Response, string) {
 	if namespace == "" || name == "" {
-		return &agentapi.Response{Code: types.ErrInvalidNetworkConfig, Error: "pod namespace and name are required"}
+		return &agentapi.Response{Code: types.ErrInvalidNetworkConfig, Error: "pod namespace and name are required"}, RefusalBadRequest
 	}
 	if obj, ok, _ := p.informer.GetStore().GetByKey(namespace + "/" + name); ok {
 		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && (uid == "" || string(m.UID) == uid) {
-			return &agentapi.Response{Annotations: m.Annotations, Source: "informer"}
+			return &agentapi.Response{Annotations: m.Annotations, Source: "informer"}, ""
 		}
 	}
 	m, err := p.client.Resource(podsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		code := types.ErrTryAgainLater
+		code, reason := types.ErrTryAgainLater, RefusalAPI
 		if answered(err) {
 			code = types.ErrInternal
+			if apierrors.IsNotFound(err) {
+				reason = RefusalNotFound
+			}
 		}
-		return &agentapi.Response{Code: uint(code), Error: fmt.Sprintf("failed to GET pod %s/%s: %v", namespace, name, err)}
+		return &agentapi.Response{Code: uint(code), Error: fmt.Sprintf("failed to GET pod %s/%s: %v", namespace, name, err)}, reason
 	}
 	if uid != "" && string(m.UID) != uid {
 		return &agentapi.Response{Code: types.ErrInternal, Error: fmt.Sprintf(
 			"pod %s/%s in the Kubernetes API has UID %s, not K8S_POD_UID %s: refusing another pod's annotations",
-			namespace, name, m.UID, uid)}
+			namespace, name, m.UID, uid)}, RefusalUIDMismatch
 	}
-	return &agentapi.Response{Annotations: m.Annotations, Source: "get"}
+	return &agentapi.Response{Annotations: m.Annotations, Source: "get"}, ""
 }
 
 // answered reports whether err is a definite answer of the API server, as

@@ -21,19 +21,19 @@ import (
 // record's elements, under the node lock): the repair is exactly what the
 // next ADD would do, by the binary the runtime runs. When the Verify/Repair
 // API of pkg/nft lands, this body becomes one call to it.
-func repairTables(ctx context.Context, plugin, conflist string) (repaired bool, tables []string, err error) {
+func repairTables(ctx context.Context, plugin, conflist string) (*cliapi.RepairResult, error) {
 	cmd := exec.CommandContext(ctx, plugin, "repair", "--conflist", conflist)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return false, nil, fmt.Errorf("%s repair: %v: %s", plugin, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s repair: %v: %s", plugin, err, strings.TrimSpace(stderr.String()))
 	}
 	var res cliapi.RepairResult
 	if err := json.Unmarshal(out, &res); err != nil {
-		return false, nil, fmt.Errorf("%s repair: bad output %q: %w", plugin, out, err)
+		return nil, fmt.Errorf("%s repair: bad output %q: %w", plugin, out, err)
 	}
-	return res.Repaired, res.Tables, nil
+	return &res, nil
 }
 
 // Event reasons the agent records on its Node.

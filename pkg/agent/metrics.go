@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/sourcecheck"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// The agent's metrics (README, "Metrics"), served on /metrics of
+// Config.MetricsAddr. Events of the agent (repairs, restores, socket
+// requests) are counters it bumps; what is on the node (records, drop
+// counters) is read once per drift tick into a nodeSnapshot, on the
+// agent's own goroutine: that goroutine is in the node's netns (the
+// DaemonSet's hostNetwork, or the test's node netns), where an HTTP
+// handler's goroutine may not be. A scrape therefore costs no I/O, and
+// reads values at most one Interval old.
+//
+// Label cardinality is bounded: op, kind, mode and reason by the code's
+// constants, and pod labels only on the per-pod drop
+// counters, which are emitted from the last snapshot and so vanish with
+// the pod's record.
+type metrics struct {
+	reg      *prometheus.Registry
+	repairs  *prometheus.CounterVec
+	restores *prometheus.CounterVec
+	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	refusals *prometheus.CounterVec
+
+	mu   sync.Mutex
+	node nodeSnapshot
+}
+
+// nodeSnapshot is what the drift tick read of the node.
+type nodeSnapshot struct {
+	read                       bool
+	wired, checked, forwarding int
+	drops                      []podDrops
+	recordsErr, dropsErr       bool
+}
+
+// podDrops is one checked attachment's drop counters.
+type podDrops struct {
+	namespace, pod, iface string
+	drops                 cliapi.Drops
+}
+
+// Kinds of podwire_table_repairs_total.
+const (
+	RepairTables   = "tables"
+	RepairElements = "elements"
+)
+
+// Refusal reasons of podwire_refusals_total: the agent's answers to the
+// plugin's pod lookups (Pods.Annotations) that refuse the ADD.
+const (
+	RefusalBadRequest  = "bad-request"  // no namespace or name
+	RefusalUIDMismatch = "uid-mismatch" // K8S_POD_UID is not the pod's
+	RefusalNotFound    = "not-found"    // the API says there is no such pod
+	RefusalAPI         = "api-error"    // the API did not answer, or refused the agent
+)
+
+var (
+	descWired = prometheus.NewDesc("podwire_pods_wired",
+		"Attachments with a complete record in stateDir.", nil, nil)
+	descChecked = prometheus.NewDesc("podwire_pods_checked",
+		"Attachments whose sources the source check verifies.", nil, nil)
+	descForwarding = prometheus.NewDesc("podwire_pods_forwarding",
+		"Attachments of admitted forwarding pods (no source check).", nil, nil)
+	descDropPackets = prometheus.NewDesc("podwire_pod_dropped_packets_total",
+		"Packets the source check dropped from a checked pod's interface (forged sources; on a bridge port also forged ARP/NA and router advertisements), from the nftables element counters; restarts at 0 when a repair re-adds the element.",
+		[]string{"namespace", "pod", "interface"}, nil)
+	descDropBytes = prometheus.NewDesc("podwire_pod_dropped_bytes_total",
+		"Bytes of the packets counted by podwire_pod_dropped_packets_total.",
+		[]string{"namespace", "pod", "interface"}, nil)
+	descReadErrors = prometheus.NewDesc("podwire_node_read_errors",
+		"1 when the last drift tick failed to read that source (records or nftables counters), else 0.",
+		[]string{"source"}, nil)
+)
+
+func newMetrics(version string) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podwire_table_repairs_total",
+			Help: "Repairs of podwire's nftables by the agent, by kind: tables (missing or drifted, rebuilt) or elements (pods' set elements missing, re-added).",
+		}, []string{"kind"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podwire_conflist_restores_total",
+			Help: "Restores of podwire's entry in the node's CNI chain after a primary's installer rewrote it, by mode (edit, derive).",
+		}, []string{"mode"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podwire_agent_socket_requests_total",
+			Help: "Requests of the plugin on the agent's unix socket, by op.",
+		}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podwire_agent_socket_errors_total",
+			Help: "Requests on the agent's unix socket answered with a CNI error code, by op.",
+		}, []string{"op"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "podwire_agent_socket_request_duration_seconds",
+			Help: "Time the agent took to answer a request on its unix socket, by op.",
+			// A cached answer takes microseconds, a GET on a miss up to
+			// the API's timeout: 100 us to 10 s.
+			Buckets: prometheus.ExponentialBucketsRange(0.0001, 10, 11),
+		}, []string{"op"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podwire_refusals_total",
+			Help: "Pod lookups of the plugin the agent refused, failing the ADD, by reason (bad-request, uid-mismatch, not-found, api-error).",
+		}, []string{"reason"}),
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "podwire_agent_build_info", Help: "1, labelled with the agent's version and agent protocol.",
+		ConstLabels: prometheus.Labels{"version": version, "protocol": fmt.Sprint(agentapi.Proto)},
+	})
+	build.Set(1)
+	m.reg.MustRegister(m.repairs, m.restores, m.requests, m.errors, m.latency, m.refusals, build, m,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Zero series from the start, so a rate() has a base before the
+	// first event.
+	for _, op := range []string{agentapi.OpPod, agentapi.OpStatus} {
+		m.requests.WithLabelValues(op)
+		m.errors.WithLabelValues(op)
+	}
+	for _, k := range []string{RepairTables, RepairElements} {
+		m.repairs.WithLabelValues(k)
+	}
+	m.restores.WithLabelValues(ModeEdit)
+	m.restores.WithLabelValues(ModeDerive)
+	for _, r := range []string{RefusalBadRequest, RefusalUIDMismatch, RefusalNotFound, RefusalAPI} {
+		m.refusals.WithLabelValues(r)
+	}
+	return m
+}
+
+// Describe is the node collector's half of prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descWired, descChecked, descForwarding, descDropPackets, descDropBytes, descReadErrors} {
+		ch <- d
+	}
+}
+
+// Collect emits the last node snapshot.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	s := m.node
+	m.mu.Unlock()
+	if !s.read {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descWired, prometheus.GaugeValue, float64(s.wired))
+	ch <- prometheus.MustNewConstMetric(descChecked, prometheus.GaugeValue, float64(s.checked))
+	ch <- prometheus.MustNewConstMetric(descForwarding, prometheus.GaugeValue, float64(s.forwarding))
+	for _, d := range s.drops {
+		ch <- prometheus.MustNewConstMetric(descDropPackets, prometheus.CounterValue, float64(d.drops.Packets), d.namespace, d.pod, d.iface)
+		ch <- prometheus.MustNewConstMetric(descDropBytes, prometheus.CounterValue, float64(d.drops.Bytes), d.namespace, d.pod, d.iface)
+	}
+	ch <- prometheus.MustNewConstMetric(descReadErrors, prometheus.GaugeValue, b2f(s.recordsErr), "records")
+	ch <- prometheus.MustNewConstMetric(descReadErrors, prometheus.GaugeValue, b2f(s.dropsErr), "nftables")
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readNode reads the records of stateDir and the drop counters of the
+// source check (through r, in the calling thread's netns) into the
+// snapshot. It returns the first error; what it could read is kept.
+func (m *metrics) readNode(stateDir string, r func() (map[string]sourcecheck.Drops, error)) error {
+	recs, recErr := state.New(stateDir).List()
+	drops, dropErr := r()
+	s := nodeSnapshot{read: true, recordsErr: recErr != nil, dropsErr: dropErr != nil}
+	for _, rec := range recs {
+		if !rec.Complete {
+			continue
+		}
+		s.wired++
+		if rec.SourceCheck {
+			s.checked++
+		}
+		if rec.Forwarding {
+			s.forwarding++
+		}
+		if d := cliapi.AttachmentDrops(rec, drops); d != nil {
+			ns, name := rec.PodNamespace, rec.PodName
+			if name == "" {
+				name = rec.Key() // a runtime that sent no pod name
+			}
+			s.drops = append(s.drops, podDrops{namespace: ns, pod: name, iface: rec.HostIfName, drops: *d})
+		}
+	}
+	m.mu.Lock()
+	m.node = s
+	m.mu.Unlock()
+	return errors.Join(recErr, dropErr)
+}
+
+// observe counts one socket request and its answer.
+func (m *metrics) observe(op string, resp *agentapi.Response, took time.Duration) {
+	switch op {
+	case agentapi.OpPod, agentapi.OpStatus:
+	default:
+		op = "unknown" // a newer plugin's op: bounded, not echoed
+	}
+	m.requests.WithLabelValues(op).Inc()
+	m.latency.WithLabelValues(op).Observe(took.Seconds())
+	if resp != nil && resp.Code != 0 {
+		m.errors.WithLabelValues(op).Inc()
+	}
+}
+
+// serve serves /metrics on addr until ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s for /metrics: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
