@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Benchmarks podwire against the reference plugins and a do-nothing chained
-# plugin, and writes docs/benchmarks.md (see integration/bench). Run as root
-# by `make bench`, after `make build tools`. Only network namespaces of its own
-# are touched; the host netns is not.
+# Runs the testing.B benchmarks of integration/bench (podwire against the
+# reference plugins and a do-nothing chained plugin) and writes
+# docs/benchmarks.md from their output with integration/bench/report. Run as
+# root by `make bench`, after `make build tools`. Only network namespaces of
+# its own are touched; the host netns is not.
 #
-# Environment: BENCH_ROUNDS (pods per arm, default 30), BENCH_LEVELS (existing
-# podwire pods of the scaling runs, default 0,100,1000), BENCH_FOREIGN (the
-# other owner's ruleset of the foreign-ruleset node: services,endpoints per
-# service,services without endpoints; default 5000,3,17500 = 20000 chains,
-# 100000 rules, 50000 elements; 0,0,0 skips it), BENCH_STRACE=0 to skip the
-# strace profile, BENCH_OUT (default docs/benchmarks.md), BENCH_VM=0 to skip
-# the VLAN row's VM run (scripts/vm-test.sh, BenchmarkVLANAttachment,
-# BENCH_VM_ROUNDS rounds, default 20; about 2 minutes under TCG).
-# Quick look (CI time): BENCH_ROUNDS=3 BENCH_LEVELS=0,10 BENCH_FOREIGN=50,3,100 BENCH_STRACE=0
+# Environment: BENCH (the -bench regexp, default every benchmark),
+# BENCH_ROUNDS (rounds of each benchmark = pods per arm, default 30),
+# BENCH_LEVELS, BENCH_FOREIGN, BENCH_COMPARE (integration/bench's package
+# comment says what they are), BENCH_OUT (default docs/benchmarks.md),
+# BENCH_VM=0 to skip row G's VM run (scripts/vm-test.sh,
+# BenchmarkVLANAttachment, BENCH_VM_ROUNDS rounds, default 20; about 2
+# minutes under TCG), BENCH_STRACE=0 to skip the syscall profile
+# (scripts/profile.sh summary).
+# Quick look: BENCH_ROUNDS=3 BENCH_LEVELS=0,10 BENCH_FOREIGN=50,3,100 BENCH_VM=0 BENCH_STRACE=0 BENCH_OUT=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,46 +22,63 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 GO=${GO:-go}
-BENCH_BIN=.cache/bench-bin
+export BENCH_BIN=$PWD/.cache/bench-bin
+export PODWIRE_BIN=${PODWIRE_BIN:-$PWD/bin/podwire} PODWIRE_CNI_BIN=${PODWIRE_CNI_BIN:-$PWD/.cache/cni-bin}
 mkdir -p "$BENCH_BIN"
 CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./integration/bench/passthrough
-CGO_ENABLED=0 $GO build -o "$BENCH_BIN/bench" ./integration/bench
-
-strace_flag=()
-if [ "${BENCH_STRACE:-1}" != 0 ] && command -v strace >/dev/null; then
-	strace_flag=(-strace)
-fi
-rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
-# What the measured binary holds: the tree may carry work not committed yet.
-if [ -n "$(git ls-files pkg/nodetables 2>/dev/null)" ]; then
-	nt="committed"
-elif [ -d pkg/nodetables ]; then
-	nt="present in the working tree, not committed yet"
-else
-	nt="absent"
-fi
-dirty=$(git status --porcelain -- pkg plugins 2>/dev/null | wc -l)
+CGO_ENABLED=0 $GO test -c -o "$BENCH_BIN/bench.test" ./integration/bench
+out=${BENCH_OUT:-docs/benchmarks.md}
+raw=$BENCH_BIN/bench.txt
+start=$(date +%s)
 
 # Row G (a VLAN attachment) needs bridge VLAN filtering, which this kernel
 # may lack: it then runs in the VM suite's VM, first, while nothing else runs.
-vlan_vm=()
 if [ "${BENCH_VM:-1}" != 0 ]; then
 	echo "bench: the VLAN attachment in the VM (${BENCH_VM_ROUNDS:-20} rounds)" >&2
-	if ! PODWIRE_BIN=$PWD/bin/podwire PODWIRE_VM_BENCH=VLANAttachment PODWIRE_VM_BENCHTIME="${BENCH_VM_ROUNDS:-20}x" \
+	if ! PODWIRE_VM_BENCH=VLANAttachment PODWIRE_VM_BENCHTIME="${BENCH_VM_ROUNDS:-20}x" \
 		scripts/vm-test.sh >"$BENCH_BIN/vm-bench.log" 2>&1; then
 		echo "bench: the VM's VLAN benchmark failed; see $BENCH_BIN/vm-bench.log" >&2
 	fi
-	vlan_vm=(-vlan-vm "$BENCH_BIN/vm-bench.log")
 fi
 
-exec "$BENCH_BIN/bench" \
-	-podwire bin/podwire \
-	-cni-bin .cache/cni-bin \
-	-bench-bin "$BENCH_BIN" \
-	-n "${BENCH_ROUNDS:-30}" \
-	-levels "${BENCH_LEVELS:-0,100,1000}" \
-	-foreign "${BENCH_FOREIGN:-5000,3,17500}" \
-	-out "${BENCH_OUT:-docs/benchmarks.md}" \
-	-rev "$rev" \
-	-note "node-table work (pkg/nodetables) at build time: $nt; files changed or new under pkg/ and plugins/ vs HEAD: $dirty" \
-	"${vlan_vm[@]}" "${strace_flag[@]}"
+# The machine, as "key: value" lines before go test's own (goos, cpu).
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "nproc: $(nproc)"
+	echo "memory: $(awk '/^MemTotal/ {print $2, $3}' /proc/meminfo)"
+	echo "kernel: $(uname -r)"
+	echo "go: $($GO env GOVERSION) (bench), $($GO version "$PODWIRE_BIN" | awk '{print $NF}') (bin/podwire)"
+	echo "revision: $(git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "dirty: $(git status --porcelain -- pkg plugins 2>/dev/null | wc -l)"
+	echo "nft: $(nft --version 2>/dev/null || echo 'not found')"
+	echo "rounds: ${BENCH_ROUNDS:-30}"
+	echo "levels: ${BENCH_LEVELS:-0,100,1000}" | tr , ' '
+	# the VM's "PODWIRE-VLAN-BENCH rounds=20 ordinary_add_p50_ms=..." as vm-rounds: 20, ...
+	if [ "${BENCH_VM:-1}" != 0 ]; then
+		grep -o 'PODWIRE-VLAN-BENCH .*' "$BENCH_BIN/vm-bench.log" | tail -n 1 | tr ' ' '\n' | sed -n 's/^\(.*\)=/vm-\1: /p' || true
+	fi
+	echo "loadstart: $(cut -d' ' -f1-3 /proc/loadavg)"
+	for b in "$PODWIRE_BIN" "$BENCH_BIN/passthrough" "$PODWIRE_CNI_BIN"/{ptp,host-local,tuning,portmap}; do
+		stat -c %s "$b" | awk -v n="$(basename "$b")" '{printf "size-%s: %.2f MiB (%d bytes)\n", n, $1 / 1048576, $1}'
+	done
+} >"$raw"
+# The syscall profile: podwire run directly under strace -c in
+# BenchmarkScaling's unmeasured round (scripts/profile.sh).
+strace_dir=$BENCH_BIN/strace
+rm -rf "$strace_dir"
+if [ "${BENCH_STRACE:-1}" != 0 ] && command -v strace >/dev/null; then
+	mkdir -p "$strace_dir"
+	export BENCH_WRAP="strace -f -c -S calls -o $strace_dir/%d-%o-%v --"
+fi
+"$BENCH_BIN/bench.test" -test.run '^$' -test.bench "${BENCH:-.}" -test.benchtime "${BENCH_ROUNDS:-30}x" \
+	-test.timeout 0 | tee -a "$raw"
+{
+	echo "loadend: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "duration: $(($(date +%s) - start)) s"
+} >>"$raw"
+mkdir -p "$(dirname "$out")"
+$GO run ./integration/bench/report "$raw" >"$out"
+if [ -d "$strace_dir" ]; then
+	scripts/profile.sh summary "$strace_dir" >>"$out"
+fi
+echo "bench: wrote $out" >&2

@@ -1,9 +1,8 @@
 // Command passthrough is the floor of a chained CNI plugin in the podwire
 // benchmarks: it does what every Go plugin must (start a static binary, parse
 // the config and prevResult, print the result) and nothing else. ADD returns
-// prevResult unchanged; CHECK, DEL, STATUS and GC succeed without work.
-//
-// It is built only by scripts/bench.sh, into the benchmark's own bin dir.
+// prevResult unchanged; the other verbs succeed without work. scripts/bench.sh
+// builds it into the benchmark's own bin dir.
 package main
 
 import (
@@ -15,47 +14,33 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// conf is the plugin's config: nothing beyond the common keys.
-type conf struct {
-	types.PluginConf
-}
-
-func parse(stdin []byte) (*conf, *current.Result, error) {
-	c := &conf{}
-	if err := json.Unmarshal(stdin, c); err != nil {
+// parse reads the config and converts its prevResult (nil when absent).
+func parse(args *skel.CmdArgs) (*types.PluginConf, *current.Result, error) {
+	c := &types.PluginConf{}
+	if err := json.Unmarshal(args.StdinData, c); err != nil {
 		return nil, nil, err
 	}
-	if err := version.ParsePrevResult(&c.PluginConf); err != nil {
-		return nil, nil, err
-	}
-	if c.PrevResult == nil {
-		return c, nil, nil
+	if err := version.ParsePrevResult(c); err != nil || c.PrevResult == nil {
+		return c, nil, err
 	}
 	res, err := current.NewResultFromResult(c.PrevResult)
 	return c, res, err
 }
 
-func cmdAdd(args *skel.CmdArgs) error {
-	c, res, err := parse(args.StdinData)
-	if err != nil {
-		return err
-	}
-	if res == nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, "passthrough must be chained (no prevResult)", "")
-	}
-	return types.PrintResult(res, c.CNIVersion)
-}
-
-func cmdNothing(args *skel.CmdArgs) error {
-	_, _, err := parse(args.StdinData)
-	return err
-}
-
 func main() {
+	nothing := func(args *skel.CmdArgs) error { _, _, err := parse(args); return err }
 	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    cmdAdd,
-		Del:    cmdNothing,
-		Check:  cmdNothing,
+		Add: func(args *skel.CmdArgs) error {
+			c, res, err := parse(args)
+			if err == nil && res == nil {
+				err = types.NewError(types.ErrInvalidNetworkConfig, "passthrough must be chained (no prevResult)", "")
+			}
+			if err != nil {
+				return err
+			}
+			return types.PrintResult(res, c.CNIVersion)
+		},
+		Del: nothing, Check: nothing,
 		Status: func(*skel.CmdArgs) error { return nil },
 		GC:     func(*skel.CmdArgs) error { return nil },
 	}, version.All, "passthrough (podwire benchmark floor)")

@@ -1,0 +1,361 @@
+// Package bench measures podwire's cost against the reference CNI plugins
+// and a do-nothing chained plugin (passthrough/, the floor), through libcni,
+// in network namespaces of its own. scripts/bench.sh runs it as root (`make
+// bench`, never `make test`) and report/ writes docs/benchmarks.md from its
+// output; nothing asserts a figure.
+//
+// A benchmark iteration is one round of a comparison: every arm once, the
+// first arm rotated each round, so that the noise of a shared machine falls
+// on every arm alike; an unmeasured round comes first. Per arm, "E-add-ms"
+// is the p50 over the rounds and "p90-E-add-ms" the p90; "-cpu-ms" is the
+// user + system time of the plugin processes, "-faults" their minor page
+// faults (wait4's rusage).
+//
+// Environment: PODWIRE_BIN, PODWIRE_CNI_BIN, BENCH_BIN (passthrough's dir),
+// BENCH_LEVELS (existing pods of BenchmarkScaling, default 0,100,1000),
+// BENCH_FOREIGN (services,endpoints,idle services of BenchmarkForeign),
+// BENCH_COMPARE (a second podwire for BenchmarkDirect) and BENCH_WRAP (a
+// command line that BenchmarkScaling's podwire run directly runs under in
+// the unmeasured round, for scripts/profile.sh: %d the level, %o the op, %v
+// the verb).
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
+)
+
+// egressV4 and egressV6 are egress IPs on the node's uplink.
+const egressV4, egressV6 = "203.0.113.10", "2001:db8::10"
+
+var (
+	workDir, stateRoot string  // libcni cache and leases on disk; podwire state on tmpfs
+	nodes              []*node // closed by TestMain
+	interrupted        atomic.Bool
+)
+
+// TestMain makes the work directories and, after the benchmarks (or a
+// SIGINT/SIGTERM, which ends the round under way), removes every netns and
+// directory they made.
+func TestMain(m *testing.M) {
+	var err error
+	if workDir, err = os.MkdirTemp("", "podwire-bench-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// podwire's state lives on tmpfs on a node (/run/podwire).
+	if stateRoot, err = os.MkdirTemp("/dev/shm", "podwire-bench-state-"); err != nil {
+		stateRoot, _ = os.MkdirTemp(workDir, "state-")
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() { <-sigs; interrupted.Store(true) }()
+	code := m.Run()
+	for _, n := range nodes {
+		n.close()
+	}
+	_ = os.RemoveAll(workDir)
+	_ = os.RemoveAll(stateRoot)
+	os.Exit(code)
+}
+
+// check ends b when the run was told to stop.
+func check(b *testing.B) {
+	if interrupted.Load() {
+		b.Fatal("interrupted")
+	}
+}
+
+// uplink makes the node's "eth0": a veth pair stands for the NIC (this
+// kernel may lack the dummy driver), its peer up so that it has a carrier.
+const uplink = `link add eth0 type veth peer name eth0-peer
+link set eth0-peer up
+addr add 192.0.2.1/24 dev eth0
+addr add 2001:db8:1::1/64 dev eth0
+addr add ` + egressV4 + `/32 dev eth0
+addr add ` + egressV6 + `/128 dev eth0
+link set eth0 up
+route add default via 192.0.2.254 dev eth0
+route add default via 2001:db8:1::fe dev eth0
+`
+
+// node is a simulated Kubernetes node: a netns with forwarding on, an
+// uplink with default routes and the egress IPs, and directories for
+// libcni's cache, host-local's leases and podwire's state and log.
+type node struct {
+	*cnitest.Client
+	name, dir, stateDir string
+	pods                []*pod // kept pods (existing pods of a level)
+}
+
+// newNode makes a node; TestMain (or close) removes it.
+func newNode(b *testing.B, name string) *node {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root (network namespaces, nftables)")
+	}
+	nodeNS, err := testns.Make()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := &node{name: name, dir: filepath.Join(workDir, name), stateDir: filepath.Join(stateRoot, name)}
+	n.Client = cnitest.NewClient(nodeNS, binDirs(), filepath.Join(n.dir, "cache"))
+	nodes = append(nodes, n)
+	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
+		b.Fatal(err)
+	}
+	err = nodeNS.Do(func(ns.NetNS) error { _, err := run(exec.Command("ip", "-batch", "-"), []byte(uplink)); return err })
+	if err != nil {
+		b.Fatalf("node %s uplink: %v", name, err)
+	}
+	return n
+}
+
+// close removes the node's netns and the pods it kept; the kernel removes
+// their links, routes and tables with them.
+func (n *node) close() {
+	for _, p := range n.pods {
+		testns.Release(p.ns)
+	}
+	n.pods = nil
+	if n.NS != nil {
+		testns.Release(n.NS)
+		n.NS = nil
+	}
+}
+
+func binDirs() []string {
+	return []string{filepath.Dir(cnitest.PodwireBin()), cnitest.CNIBinDir(), benchBin()}
+}
+
+// benchBin is the dir holding the passthrough plugin (scripts/bench.sh
+// builds it there).
+func benchBin() string { return env("BENCH_BIN", "../../.cache/bench-bin") }
+
+// env is the environment's key, or def.
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// envInts is a comma-separated list of integers from the environment.
+func envInts(b *testing.B, key, def string) []int {
+	var out []int
+	for _, f := range strings.Split(env(key, def), ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 0 {
+			b.Fatalf("bad %s %q", key, env(key, def))
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// pod is one pod sandbox attached through one arm's conflist.
+type pod struct {
+	ns  ns.NetNS
+	arm *arm
+	rt  *libcni.RuntimeConf
+	res *current.Result
+}
+
+// cost is what one operation took, in ms: wall and CPU time, and the
+// minor page faults of a plugin process run directly.
+type cost struct{ wall, cpu, faults float64 }
+
+// timed runs f and returns its wall time and the CPU time (user + system)
+// that getrusage(who) counts meanwhile: RUSAGE_CHILDREN for the plugin
+// processes (they and their IPAM children are waited for, and one
+// operation runs at a time), RUSAGE_THREAD or RUSAGE_SELF for work made in
+// the bench.
+func timed(who int, f func() error) (cost, error) {
+	cpu := func() float64 {
+		var ru unix.Rusage
+		_ = unix.Getrusage(who, &ru)
+		return ms(time.Duration(ru.Utime.Nano() + ru.Stime.Nano()))
+	}
+	c0, t0 := cpu(), time.Now()
+	err := f()
+	return cost{wall: ms(time.Since(t0)), cpu: cpu() - c0}, err
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// newPod makes a pod netns (IPv6 DAD off, so that ptp does not wait for its
+// address) and the runtime config a CRI runtime would send for arm a.
+func newPod(a *arm, seq int) (*pod, error) {
+	podNS, err := cnitest.NewPodNS()
+	if err != nil {
+		return nil, err
+	}
+	args := a.args
+	args.Name = fmt.Sprintf("bench-%s-%d", a.key, seq)
+	if a.portmap {
+		args.Capabilities = map[string]any{"portMappings": []map[string]any{
+			{"hostPort": 20000 + seq%40000, "containerPort": 80, "protocol": "tcp"}}}
+	}
+	return &pod{ns: podNS, arm: a, rt: args.RuntimeConf(podNS.Path())}, nil
+}
+
+// add runs ADD through the pod's chain in the node netns (DEL after a
+// failed ADD, as a runtime does); del runs DEL (with libcni's cached
+// prevResult).
+func (n *node) add(p *pod) (cost, error) {
+	return timed(unix.RUSAGE_CHILDREN, func() (err error) { p.res, _, err = n.Attach(p.arm.list, p.rt); return err })
+}
+
+func (n *node) del(p *pod) (cost, error) {
+	return timed(unix.RUSAGE_CHILDREN, func() error { return n.Del(p.arm.list, p.rt) })
+}
+
+// addDel makes a pod of arm a, times its ADD and DEL and removes its netns.
+func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return add, del, err
+	}
+	defer testns.Release(p.ns)
+	if add, err = n.add(p); err == nil {
+		del, err = n.del(p)
+	}
+	if err != nil {
+		err = fmt.Errorf("arm %s on %s: %w", a.key, n.name, err)
+	}
+	return add, del, err
+}
+
+// keep makes a pod through arm a and keeps it (an existing pod).
+func (n *node) keep(a *arm, seq int) (*pod, error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.add(p); err != nil {
+		testns.Release(p.ns)
+		return nil, err
+	}
+	n.pods = append(n.pods, p)
+	return p, nil
+}
+
+// execPlugin runs bin for verb on pod p in the node netns as a runtime runs
+// it (CNI_* environment, the entry with p's result as prevResult on stdin),
+// under wrap when set, and returns the process's own cost.
+func (n *node) execPlugin(bin, verb string, p *pod, entry map[string]any, wrap []string) (cost, error) {
+	conf := map[string]any{"cniVersion": "1.1.0", "name": p.arm.list.Name,
+		"runtimeConfig": map[string]any{"io.kubernetes.cri.pod-annotations": p.rt.CapabilityArgs["io.kubernetes.cri.pod-annotations"]}}
+	for k, v := range entry {
+		if k != "capabilities" {
+			conf[k] = v
+		}
+	}
+	if verb == "ADD" {
+		conf["prevResult"] = p.res
+	}
+	stdin, err := json.Marshal(conf)
+	if err != nil {
+		return cost{}, err
+	}
+	var args []string
+	for _, kv := range p.rt.Args {
+		args = append(args, kv[0]+"="+kv[1])
+	}
+	argv := append(slices.Clone(wrap), bin)
+	var c cost
+	err = n.NS.Do(func(ns.NetNS) error {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + p.rt.ContainerID, "CNI_NETNS=" + p.rt.NetNS,
+			"CNI_IFNAME=" + p.rt.IfName, "CNI_ARGS=" + strings.Join(args, ";"), "CNI_PATH=" + strings.Join(binDirs(), ":"),
+			"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		c, err = run(cmd, stdin)
+		return err
+	})
+	return c, err
+}
+
+// run runs cmd with stdin and returns its wall time and wait4's CPU time
+// and minor page faults of the process.
+func run(cmd *exec.Cmd, stdin []byte) (cost, error) {
+	var out bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	c := cost{wall: ms(time.Since(t0))}
+	if err != nil {
+		return c, fmt.Errorf("%s: %v: %s", cmd, err, out.Bytes())
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	c.cpu, c.faults = ms(time.Duration(ru.Utime.Nano()+ru.Stime.Nano())), float64(ru.Minflt)
+	return c, nil
+}
+
+// samples are the figures of the measured rounds, by metric name.
+type samples map[string][]float64
+
+// put records an operation's cost as "<name>-ms", "<name>-cpu-ms" and,
+// for a process run directly, "<name>-faults".
+func (s samples) put(name string, c cost) {
+	s[name+"-ms"] = append(s[name+"-ms"], c.wall)
+	s[name+"-cpu-ms"] = append(s[name+"-cpu-ms"], c.cpu)
+	if c.faults > 0 {
+		s[name+"-faults"] = append(s[name+"-faults"], c.faults)
+	}
+}
+
+// report reports each metric's p50 and p90 (nearest rank), and the maximum
+// of page faults.
+func (s samples) report(b *testing.B) {
+	for name, v := range s {
+		slices.Sort(v)
+		pct := func(p float64) float64 { return v[max(0, min(len(v)-1, int(float64(len(v))*p+0.5)-1))] }
+		b.ReportMetric(pct(0.5), name)
+		b.ReportMetric(pct(0.9), "p90-"+name)
+		if strings.HasSuffix(name, "-faults") {
+			b.ReportMetric(v[len(v)-1], "max-"+name)
+		}
+	}
+}
+
+// rounds runs round once unmeasured, then once per b.Loop iteration,
+// telling it the round number (for the rotation) and whether it counts.
+func rounds(b *testing.B, round func(r int, s samples) error) {
+	s := samples{}
+	if err := round(-1, samples{}); err != nil {
+		b.Fatal(err)
+	}
+	for r := 0; b.Loop(); r++ {
+		check(b)
+		if err := round(r, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.report(b)
+}
+
+// rotate returns s rotated left by r (the round's first arm).
+func rotate[T any](s []T, r int) []T {
+	r = ((r % len(s)) + len(s)) % len(s)
+	return append(slices.Clone(s[r:]), s[:r]...)
+}

@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/internal/testns"
+)
+
+// arm is one chain measured: a primary (ptp, or the bridge plugin on cni0)
+// with host-local, then the arm's chained plugins, on one node.
+type arm struct {
+	key     string
+	n       *node
+	args    cnitest.PodArgs // namespace and annotations of its pods
+	portmap bool            // one port mapping per pod
+	list    *libcni.NetworkConfigList
+}
+
+// armKeys are BenchmarkChain's arms: A ptp + host-local, B A + passthrough
+// (the floor), C A + tuning (one sysctl), D A + portmap (nftables, one
+// mapping), E A + podwire (ordinary pod), F A + podwire (forwarding pod),
+// G A + podwire (VLAN 100 access port), H bridge + host-local (flannel's
+// delegate), I H + podwire (checked at the bridge).
+var armKeys = []string{"A", "B", "C", "D", "E", "F", "G", "H", "I"}
+
+// podwireEntry is podwire's entry on node n: source check, forwarding
+// allowed in nf-*, the Azure probe SNAT and egress IPs on the uplink.
+func podwireEntry(n *node, extra map[string]any) map[string]any {
+	e := map[string]any{"sourceCheck": true, "forwarding": map[string]any{"namespaces": []string{"nf-*"}},
+		"probeSNAT": map[string]any{"preset": "azure"},
+		"egress":    map[string]any{"ips": []string{egressV4, egressV6}, "exceptCIDRs": []string{"10.0.0.0/8", "fd00::/8"}}}
+	for k, v := range extra {
+		e[k] = v
+	}
+	return cnitest.PodwireEntry(n.stateDir, filepath.Join(n.dir, "podwire.log"), e)
+}
+
+// newArm is arm key on node n, its pools 10.<subnet>/16 and fd00:<subnet>::/64,
+// in the network name: arms of one name on a node share host-local's leases
+// (whose cost grows with them), so that A and E pay host-local alike.
+func newArm(b *testing.B, key string, n *node, subnet int, name string) *arm {
+	a := &arm{key: key, n: n}
+	var plugins []map[string]any
+	switch key {
+	case "B":
+		plugins = append(plugins, map[string]any{"type": "passthrough"})
+	case "C":
+		plugins = append(plugins, map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}})
+	case "D":
+		a.portmap = true
+		plugins = append(plugins, map[string]any{"type": "portmap", "backend": "nftables", "capabilities": map[string]bool{"portMappings": true}})
+	case "E", "I":
+		plugins = append(plugins, podwireEntry(n, nil))
+	case "F":
+		a.args = cnitest.PodArgs{Namespace: "nf-bench", Annotations: map[string]string{"podwire.io/forwarding": "true"}}
+		plugins = append(plugins, podwireEntry(n, nil))
+	case "G":
+		a.args.Annotations = map[string]string{"podwire.io/vlan": "100"}
+		plugins = append(plugins, podwireEntry(n, map[string]any{"allowedVLANs": "100"}))
+	}
+	ch := cnitest.Chain{Name: name, Version: "1.1.0", IPAMDir: filepath.Join(n.dir, "ipam"), DefaultRoutes: true, MTU: 1500,
+		V4Pool: fmt.Sprintf("10.%d.0.0/16", subnet), V6Pool: fmt.Sprintf("fd00:%d::/64", subnet), Plugins: plugins}
+	if key == "H" || key == "I" {
+		ch.PrimaryEntry = map[string]any{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true,
+			"hairpinMode": true, "mtu": 1500, "ipam": map[string]any{"type": "host-local", "dataDir": ch.IPAMDir,
+				"ranges": []any{[]any{map[string]string{"subnet": ch.V4Pool}}, []any{map[string]string{"subnet": ch.V6Pool}}}}}
+	}
+	var err error
+	if a.list, err = ch.List(); err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+// vlanFiltering reports whether this kernel makes a bridge with VLAN
+// filtering (arm G needs it; scripts/bench.sh then measures G in the VM).
+func vlanFiltering() bool {
+	t, err := testns.Make()
+	if err != nil {
+		return false
+	}
+	defer testns.Release(t)
+	return t.Do(func(ns.NetNS) error {
+		_, err := run(exec.Command("ip", "link", "add", "probe0", "type", "bridge", "vlan_filtering", "1"), nil)
+		return err
+	}) == nil
+}
+
+// BenchmarkChain times ADD and DEL through libcni for every arm, each on a
+// node of its own; a round makes one pod per arm (ADD, then DEL).
+func BenchmarkChain(b *testing.B) {
+	var arms []*arm
+	for i, k := range armKeys {
+		if k != "G" || vlanFiltering() {
+			arms = append(arms, newArm(b, k, newNode(b, "chain-"+k), 100+i, "bench-"+k))
+		}
+	}
+	rounds(b, func(r int, s samples) error {
+		for _, a := range rotate(arms, r) {
+			add, del, err := a.n.addDel(a, r+1)
+			if err != nil {
+				return err
+			}
+			s.put(a.key+"-add", add)
+			s.put(a.key+"-del", del)
+		}
+		return nil
+	})
+}
+
+// alone runs podwire (or bin) directly on a pod that arm a's chain made
+// (untimed), ADD then DEL, with the pod's result as prevResult.
+func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap func(verb string) []string) (add, del cost, err error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return add, del, err
+	}
+	defer testns.Release(p.ns)
+	if _, err := n.add(p); err != nil {
+		return add, del, err
+	}
+	if add, err = n.execPlugin(bin, "ADD", p, entry, wrap("ADD")); err == nil {
+		del, err = n.execPlugin(bin, "DEL", p, entry, wrap("DEL"))
+	}
+	if _, derr := n.del(p); err == nil {
+		err = derr
+	}
+	return add, del, err
+}
+
+func noWrap(string) []string { return nil }
+
+// BenchmarkDirect runs podwire, passthrough, tuning (and BENCH_COMPARE, a
+// second podwire binary) directly, on pods made by ptp: the process's wall
+// time, CPU time and minor page faults.
+func BenchmarkDirect(b *testing.B) {
+	n := newNode(b, "direct")
+	a := newArm(b, "A", n, 150, "bench-direct")
+	type plugin struct {
+		name, bin string
+		entry     map[string]any
+	}
+	plugins := []plugin{{"podwire", cnitest.PodwireBin(), podwireEntry(n, nil)},
+		{"passthrough", filepath.Join(benchBin(), "passthrough"), map[string]any{"type": "passthrough"}},
+		{"tuning", filepath.Join(cnitest.CNIBinDir(), "tuning"), map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}}}
+	if c := env("BENCH_COMPARE", ""); c != "" {
+		plugins = append(plugins, plugin{"compare", c, podwireEntry(n, nil)})
+	}
+	rounds(b, func(r int, s samples) error {
+		for _, p := range rotate(plugins, r) {
+			add, del, err := n.alone(p.bin, a, r+1, p.entry, noWrap)
+			if err != nil {
+				return err
+			}
+			s.put(p.name+"-add", add)
+			s.put(p.name+"-del", del)
+		}
+		return nil
+	})
+}
+
+// BenchmarkStartup times the CNI VERSION verb (no config, netns or state:
+// exec, package initialisation and one JSON line) of podwire against
+// passthrough, the minimal static Go plugin, and `podwire version`.
+func BenchmarkStartup(b *testing.B) {
+	cmds := []struct{ name, bin, arg string }{{"podwire", cnitest.PodwireBin(), ""},
+		{"passthrough", filepath.Join(benchBin(), "passthrough"), ""}, {"cli", cnitest.PodwireBin(), "version"}}
+	rounds(b, func(r int, s samples) error {
+		for _, c := range rotate(cmds, r) {
+			cmd := exec.Command(c.bin)
+			if c.arg != "" {
+				cmd.Args = append(cmd.Args, c.arg)
+			} else {
+				cmd.Env = []string{"CNI_COMMAND=VERSION"}
+			}
+			v, err := run(cmd, []byte(`{"cniVersion":"1.1.0"}`))
+			if err != nil {
+				return err
+			}
+			s.put(c.name, v)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/internal/testns"
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/nodetables"
+	"github.com/podwire/podwire/pkg/ruleset"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// BenchmarkGrace measures the kernel's part of a DEL with no podwire code:
+// in a netns holding one table and set, one element added in a batch on a
+// fresh netlink socket (google/nftables opens one per Flush, as a
+// short-lived plugin does), then deleted the same way. nf_tables frees
+// deleted elements after an RCU grace period that the socket's release
+// waits for, so del-ms minus add-ms is what every DEL of an nftables plugin
+// pays. CPU is the bench thread's.
+func BenchmarkGrace(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	g := testns.New(b)
+	conn, err := nftables.New(nftables.WithNetNSFd(int(g.Fd())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := &nftables.Set{Table: conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "grace"}),
+		Name: "pods", KeyType: nftables.TypeIPAddr}
+	if err := conn.AddSet(set, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := conn.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	rounds(b, func(r int, s samples) error {
+		el := []nftables.SetElement{{Key: []byte{10, 244, byte(r >> 8), byte(r)}}}
+		add, err := timed(unix.RUSAGE_THREAD, func() error {
+			_ = conn.SetAddElements(set, el)
+			return conn.Flush()
+		})
+		if err != nil {
+			return err
+		}
+		del, err := timed(unix.RUSAGE_THREAD, func() error {
+			_ = conn.SetDeleteElements(set, el)
+			return conn.Flush()
+		})
+		s.put("add", add)
+		s.put("del", del)
+		return err
+	})
+}
+
+// closeConn closes nft.Dial's socket, as the end of a plugin process does.
+func closeConn(c nft.Conn) {
+	if l, ok := c.(interface{ CloseLasting() error }); ok {
+		_ = l.CloseLasting()
+	}
+}
+
+// BenchmarkRequests times what an ordinary pod's ADD and DEL ask of the
+// kernel, made by podwire's packages from the bench (no exec, no package
+// initialisation, no CNI config or result), in a netns holding arm E's
+// tables: for ADD one socket (nft.Dial), the verify of every table by
+// content (nft.Ensure, nothing to repair), the pod's elements in one batch
+// and its record written on tmpfs; for DEL another socket, the elements
+// deleted and the record removed. CPU is the process's.
+func BenchmarkRequests(b *testing.B) {
+	g := testns.New(b)
+	dir := b.TempDir()
+	entry := podwireEntry(&node{stateDir: dir, dir: dir}, map[string]any{"cniVersion": "1.1.0", "name": "bench-requests"})
+	delete(entry, "capabilities")
+	raw, _ := json.Marshal(entry)
+	conf, err := config.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tables := ruleset.Tables(conf, nodetables.Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0"},
+		Egress4: netip.MustParseAddr(egressV4), Egress6: netip.MustParseAddr(egressV6)})
+	dial := func() (nft.Conn, error) { return nft.Dial(nftables.WithNetNSFd(int(g.Fd()))) }
+	noLock := func() (func(), error) { return func() {}, nil }
+	none := func() (nft.Elements, error) { return nil, nil }
+	c, err := dial()
+	if err == nil {
+		_, err = nft.Ensure(c, tables, ruleset.Known(), noLock, none)
+	}
+	if err != nil {
+		b.Fatalf("laying down the tables: %v", err)
+	}
+	store := state.New(dir)
+	// As in the plugin: one P, so that the goroutines mdlayher/socket
+	// starts per send and receive run on the thread that started them.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	rounds(b, func(r int, s samples) error {
+		rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d", r+1), IfName: "eth0", PodNamespace: "bench",
+			PodName: fmt.Sprintf("pod-%d", r+1), HostIfName: fmt.Sprintf("veth%08x", r+1),
+			Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 9, byte(r + 1)}), netip.MustParseAddr("fd00:244:9::5")},
+			SourceCheck: true, Egress: true, Complete: true}
+		elems := ruleset.Elements(conf, rec)
+		add, err := timed(unix.RUSAGE_SELF, func() error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn(c)
+			rep, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none)
+			if err == nil && rep.Changed() {
+				err = fmt.Errorf("the tables drifted: %v", rep.Drift)
+			}
+			if err == nil {
+				err = nft.AddElements(c, tables, elems)
+			}
+			if err == nil {
+				err = store.Put(rec)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("requests ADD: %w", err)
+		}
+		del, err := timed(unix.RUSAGE_SELF, func() error {
+			dc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer closeConn(dc) // the grace period is paid here, as at a plugin's exit
+			if err := nft.DeleteElements(dc, elems); err != nil {
+				return err
+			}
+			return store.Delete(rec.ContainerID, rec.IfName)
+		})
+		s.put("add", add)
+		s.put("del", del)
+		return err
+	})
+}

@@ -1,0 +1,113 @@
+// Command report writes docs/benchmarks.md from the output of
+// integration/bench (`go test -bench`: one line per benchmark, its figures
+// as "value unit" pairs) and the "key: value" lines scripts/bench.sh prints
+// around it, through benchmarks.md.tmpl; findings.md, the hand-written
+// profile, goes in as is.
+//
+// Usage: report BENCH-OUTPUT > docs/benchmarks.md
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+var (
+	//go:embed benchmarks.md.tmpl
+	tmpl string
+	//go:embed findings.md
+	findings string
+)
+
+// data is what the template reads.
+type data struct {
+	Config   map[string]string             // "key: value" lines
+	M        map[string]map[string]float64 // benchmark name without "Benchmark" and -GOMAXPROCS (or "Config") → unit → value
+	Findings string
+}
+
+var benchLine = regexp.MustCompile(`^Benchmark(\w+?)(-\d+)?\s+\d+\s+(.*)$`)
+
+func main() {
+	raw, err := os.ReadFile(os.Args[len(os.Args)-1])
+	if err != nil || len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: report BENCH-OUTPUT", err)
+		os.Exit(2)
+	}
+	d := data{Config: map[string]string{}, M: map[string]map[string]float64{"Config": {}}, Findings: findings}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if m := benchLine.FindStringSubmatch(l); m != nil {
+			d.M[m[1]] = map[string]float64{}
+			f := strings.Fields(m[3])
+			for i := 0; i+1 < len(f); i += 2 {
+				d.M[m[1]][f[i+1]], _ = strconv.ParseFloat(f[i], 64)
+			}
+		} else if k, v, ok := strings.Cut(l, ": "); ok && !strings.ContainsAny(k, " \t") {
+			d.Config[k] = strings.TrimSpace(v)
+			if f, err := strconv.ParseFloat(d.Config[k], 64); err == nil {
+				d.M["Config"][k] = f // e.g. the VM's figures of arm G
+			}
+		}
+	}
+	if err := template.Must(template.New("").Funcs(funcs(d)).Parse(tmpl)).Execute(os.Stdout, d); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// funcs are the template's: m is a figure (NaN when the run has none,
+// printed "n/a"), the rest look up, format and compute.
+func funcs(d data) template.FuncMap {
+	m := func(bench, unit string) float64 {
+		if v, ok := d.M[bench][unit]; ok {
+			return v
+		}
+		return math.NaN()
+	}
+	num := func(format string) func(float64) string {
+		return func(v float64) string {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return "n/a"
+			}
+			return fmt.Sprintf(format, v)
+		}
+	}
+	return template.FuncMap{
+		"m":     m,
+		"has":   func(bench string) bool { return d.M[bench] != nil },
+		"key":   fmt.Sprintf,
+		"f":     num("%.1f"),
+		"f0":    num("%.0f"),
+		"f2":    num("%.2f"),
+		"sf":    num("%+.1f"),
+		"pct":   func(a, b float64) string { return num("%+.0f%%")(100 * (a/b - 1)) },
+		"sub":   func(a, b float64) float64 { return a - b },
+		"mul":   func(a, b float64) float64 { return a * b },
+		"div":   func(a, b float64) float64 { return a / b },
+		"holds": func(ok bool) string { return map[bool]string{true: "holds", false: "**missed**"}[ok] },
+		"isNaN": math.IsNaN,
+		"list":  func(v ...any) []any { return v },
+		"split": strings.Fields,
+		"rest":  func(n int, s string) string { return strings.Join(strings.Fields(s)[n:], " ") },
+		"row":   func(name string, a, b float64) map[string]any { return map[string]any{"name": name, "a": a, "b": b} },
+		// lv are the figures of a BenchmarkScaling level (its existing
+		// pods): op → add, del, addcpu, delcpu (p50) and the same + "90".
+		"lv": func(l string) map[string]map[string]float64 {
+			out := map[string]map[string]float64{}
+			for _, op := range []string{"A", "E", "first", "alone", "alonefirst"} {
+				out[op] = map[string]float64{}
+				for _, k := range [][2]string{{"add", "add-ms"}, {"del", "del-ms"}, {"addcpu", "add-cpu-ms"}, {"delcpu", "del-cpu-ms"}} {
+					out[op][k[0]] = m("Scaling", op+"@"+l+"-"+k[1])
+					out[op][k[0]+"90"] = m("Scaling", "p90-"+op+"@"+l+"-"+k[1])
+				}
+			}
+			return out
+		},
+	}
+}

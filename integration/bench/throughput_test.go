@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/net/ipv4"
+)
+
+const (
+	blastPayload = 64 // bytes of UDP payload: small packets stress the per-packet path
+	blastBatch   = 64 // messages per sendmmsg/recvmmsg
+	blastWarm    = 100 * time.Millisecond
+	blastBurst   = 250 * time.Millisecond
+)
+
+// BenchmarkThroughput streams UDP from one pod to another through the node,
+// round-robin over the smallest and the biggest BENCH_LEVELS node and, on
+// each, over pairs of pods: ptp pods not checked ("ptp"), podwire pods
+// (every packet through the source check, "podwire"), bridge pods on cni0
+// not checked ("bridge") and podwire pods on the bridge, checked in
+// `bridge podwire` ("bridgecheck"; on the biggest node beside as many other
+// pods' elements). A round is one burst per pair; "<pair>@<level>-rx-pps"
+// is the median of the received rates.
+func BenchmarkThroughput(b *testing.B) {
+	levels := envInts(b, "BENCH_LEVELS", "0,100,1000")
+	idx := slices.Compact([]int{0, len(levels) - 1})
+	type pair struct {
+		name string
+		s, r *pod
+	}
+	var pairs []pair
+	for _, i := range idx {
+		l := levelNode(b, i, levels[i])
+		for k, key := range []string{"A", "E", "H", "I"} {
+			sub, network := l.sub, "bench-E"
+			if key == "H" || key == "I" {
+				sub, network = l.sub+10, "bench-I"
+			}
+			a := newArm(b, key, l.n, sub, network)
+			var pp [2]*pod
+			for j := range pp {
+				var err error
+				if pp[j], err = l.n.keep(a, 900001+2*k+j); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pairs = append(pairs, pair{[]string{"ptp", "podwire", "bridge", "bridgecheck"}[k] + "@" + l.name, pp[0], pp[1]})
+		}
+		if i == idx[len(idx)-1] && l.pods > 0 {
+			if err := l.n.fakeBridgedPods(l.pods); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	rounds(b, func(r int, s samples) error {
+		for _, p := range rotate(pairs, r) {
+			rx, tx, err := blast(p.s, p.r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			s[p.name+"-rx-pps"] = append(s[p.name+"-rx-pps"], rx)
+			s[p.name+"-tx-pps"] = append(s[p.name+"-tx-pps"], tx)
+		}
+		return nil
+	})
+}
+
+// blast sends a UDP stream from pod s to pod r through the node for
+// blastBurst (after blastWarm) and returns the packets per second received
+// and sent. The sockets are made in their pod's netns and used from any
+// thread.
+func blast(s, r *pod) (rx, tx float64, err error) {
+	v4 := r.v4()
+	if v4 == nil {
+		return 0, 0, fmt.Errorf("pod %s has no IPv4 address", r.rt.ContainerID)
+	}
+	var rc, sc *net.UDPConn
+	err = r.ns.Do(func(ns.NetNS) (err error) { rc, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 9999}); return err })
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rc.Close()
+	_ = rc.SetReadBuffer(8 << 20)
+	err = s.ns.Do(func(ns.NetNS) (err error) {
+		sc, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: v4, Port: 9999})
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sc.Close()
+	var received, sent atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	loop := func(c *net.UDPConn, size int, count *atomic.Int64, io func(*ipv4.PacketConn, []ipv4.Message) (int, error)) {
+		defer wg.Done()
+		pc, msgs := ipv4.NewPacketConn(c), make([]ipv4.Message, blastBatch)
+		for i := range msgs {
+			msgs[i].Buffers = [][]byte{make([]byte, size)}
+		}
+		for !stop.Load() {
+			if n, err := io(pc, msgs); err == nil {
+				count.Add(int64(n))
+			}
+		}
+	}
+	wg.Add(2)
+	go loop(rc, 2048, &received, func(pc *ipv4.PacketConn, m []ipv4.Message) (int, error) {
+		_ = rc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		return pc.ReadBatch(m, 0)
+	})
+	go loop(sc, blastPayload, &sent, func(pc *ipv4.PacketConn, m []ipv4.Message) (int, error) { return pc.WriteBatch(m, 0) })
+	time.Sleep(blastWarm)
+	r0, s0, t0 := received.Load(), sent.Load(), time.Now()
+	time.Sleep(blastBurst)
+	r1, s1, el := received.Load(), sent.Load(), time.Since(t0).Seconds()
+	stop.Store(true)
+	wg.Wait()
+	if r1 == r0 {
+		return 0, 0, fmt.Errorf("no packet reached %s", v4)
+	}
+	return float64(r1-r0) / el, float64(s1-s0) / el, nil
+}
+
+// v4 is the pod's IPv4 address from its result (nil when it has none).
+func (p *pod) v4() net.IP {
+	for _, ip := range p.res.IPs {
+		if v4 := ip.Address.IP.To4(); v4 != nil {
+			return v4
+		}
+	}
+	return nil
+}
