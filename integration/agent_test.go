@@ -40,7 +40,13 @@ type testAgent struct {
 	confDir, binDir string
 	events          *kfake.Clientset
 	stop            func()
+	// nodeNS holds the agent's /metrics, on metricsAddr.
+	nodeNS ns.NetNS
 }
+
+// metricsAddr is where the test agents serve /metrics: inside each test's
+// own node netns, so the port is free whatever else runs.
+const metricsAddr = "127.0.0.1:9178"
 
 // kpod and knode are API objects as the metadata client returns them.
 func kpod(namespace, name, uid string, ann map[string]string) *metav1.PartialObjectMetadata {
@@ -68,7 +74,7 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 		ro = append(ro, o)
 	}
 	md := metadatafake.NewSimpleMetadataClient(scheme, ro...)
-	ta := &testAgent{confDir: filepath.Join(n.dir, "net.d"), binDir: filepath.Join(n.dir, "bin"), events: kfake.NewSimpleClientset()}
+	ta := &testAgent{confDir: filepath.Join(n.dir, "net.d"), binDir: filepath.Join(n.dir, "bin"), events: kfake.NewSimpleClientset(), nodeNS: n.ns}
 	if err := os.MkdirAll(ta.confDir, 0o755); err != nil {
 		n.t.Fatal(err)
 	}
@@ -80,7 +86,7 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 		e, _ = json.Marshal(entry)
 	}
 	a := agent.New(agent.Config{
-		Node: "worker-1", StateDir: n.stateDir(), Interval: time.Second,
+		Node: "worker-1", StateDir: n.stateDir(), Interval: time.Second, MetricsAddr: metricsAddr,
 		Chain: agent.Chain{ConfDir: ta.confDir, BinDir: ta.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
 	}, md, ta.events.CoreV1(), slog.New(slog.NewTextHandler(&testLog{t: n.t}, nil)))
 	ctx, cancel := context.WithCancel(context.Background())

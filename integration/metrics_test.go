@@ -1,0 +1,338 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/google/nftables"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/podwire/podwire/integration/packets"
+	"github.com/podwire/podwire/pkg/cliapi"
+)
+
+// scrape GETs the agent's /metrics over TCP inside the node netns (the
+// connection is opened on a thread in that netns; the HTTP exchange then
+// runs on it wherever the goroutine is) and parses the text format.
+func (ta *testAgent) scrape(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	var c net.Conn
+	if err := ta.nodeNS.Do(func(ns.NetNS) error {
+		var err error
+		c, err = net.DialTimeout("tcp", metricsAddr, 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET /metrics HTTP/1.0\r\nHost: agent\r\nAccept: text/plain\r\n\r\n"); err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape: bad text format: %v", err)
+	}
+	return fams
+}
+
+// metricValue is the value of family name's series with exactly the
+// labels want (a counter's, a gauge's or an untyped value's; a histogram's
+// sample count); ok false when there is no such series.
+func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (v float64, ok bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(want) {
+			continue
+		}
+		match := true
+		for _, l := range m.GetLabel() {
+			if want[l.GetName()] != l.GetValue() {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
+}
+
+// TestAgentMetrics: the agent's /metrics, scraped over HTTP, follows what
+// real packets and real CNI ADDs did on the node: a pod that forges its
+// source has its drops counted (and `podwire status` shows the same
+// counters), an honest pod none; the gauges count the records; the
+// socket's counters rise with the plugin's requests and its refusals; a
+// deleted table's repair bumps the repair counter; a deleted pod's series
+// goes away.
+func TestAgentMetrics(t *testing.T) {
+	n := newNode(t)
+	const uid = "6f1c2a52-0000-4000-8000-00000000000a"
+	ta := n.startAgent(n.primaryList("0.3.1", nil), n.podwireEntry(nil), knode("worker-1", nil),
+		kpod("default", "asked", uid, nil))
+	confFile := filepath.Join(ta.confDir, "10-primary.conflist")
+	var list *libcni.NetworkConfigList
+	if err := eventually(10*time.Second, func() error {
+		l, err := libcni.ConfListFromFile(confFile)
+		if err == nil && (len(l.Plugins) != 2 || l.Plugins[1].Network.Type != "podwire") {
+			err = fmt.Errorf("podwire not in %s", confFile)
+		}
+		list = l
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	be := n.newBackend()
+	const port = 7100
+	sink, err := packets.NewSink(be.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	dst := netip.AddrPortFrom(be.v4, port)
+	honest := n.mustAddPod(podSpec{version: "0.3.1", list: list, namespace: "shop", name: "honest"})
+	forger := n.mustAddPod(podSpec{version: "0.3.1", list: list, namespace: "shop", name: "forger"})
+
+	// The honest pod's own datagrams arrive (so its path is open and a
+	// zero below is not an idle pod's zero); the forged ones do not.
+	if err := packets.SendFrom(honest.ns.Path(), honest.v4, dst, "honest", 5); err != nil {
+		t.Fatal(err)
+	}
+	if !sink.WaitGot(honest.v4, "honest", 3*time.Second) {
+		t.Fatalf("the honest pod's datagrams from %s did not arrive", honest.v4)
+	}
+	forged := netip.MustParseAddr("10.99.0.5")
+	const sent = 10
+	if err := packets.SendFrom(forger.ns.Path(), forged, dst, "forged", sent); err != nil {
+		t.Fatal(err)
+	}
+	if sink.WaitGot(forged, "forged", time.Second) {
+		t.Fatalf("a forged source %s passed the node", forged)
+	}
+
+	pod := func(name string) map[string]string {
+		if name == "forger" {
+			return map[string]string{"namespace": "shop", "pod": name, "interface": forger.hostIf()}
+		}
+		return map[string]string{"namespace": "shop", "pod": name, "interface": honest.hostIf()}
+	}
+	var fams map[string]*dto.MetricFamily
+	// The node's counters are read once per drift tick (1 s here).
+	if err := eventually(5*time.Second, func() error {
+		fams = ta.scrape(t)
+		if v, _ := metricValue(fams, "podwire_pod_dropped_packets_total", pod("forger")); v < sent {
+			return fmt.Errorf("forger's drops %v, want >= %d", v, sent)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := metricValue(fams, "podwire_pod_dropped_packets_total", pod("honest")); !ok || v != 0 {
+		t.Errorf("honest pod's drops: %v (series present %v), want 0", v, ok)
+	}
+	if v, _ := metricValue(fams, "podwire_pod_dropped_bytes_total", pod("forger")); v < sent*float64(len("forged")+28) {
+		t.Errorf("forger's dropped bytes %v, want at least %d datagrams' worth", v, sent)
+	}
+	for name, want := range map[string]float64{"podwire_pods_wired": 2, "podwire_pods_checked": 2, "podwire_pods_forwarding": 0} {
+		if v, ok := metricValue(fams, name, nil); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+
+	// podwire status shows the same counters, per pod.
+	var st cliapi.NodeStatus
+	if err := n.ns.Do(func(ns.NetNS) error {
+		out, err := exec.Command(podwireBin, "status", "--conflist", confFile, "--json").Output()
+		if err != nil {
+			return fmt.Errorf("podwire status: %w", err)
+		}
+		return json.Unmarshal(out, &st)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	drops := map[string]*cliapi.Drops{}
+	for _, a := range st.Attachments {
+		drops[a.Pod] = a.Drops
+	}
+	if d := drops["shop/forger"]; d == nil || d.Packets < sent {
+		t.Errorf("podwire status: forger's drops %+v, want >= %d packets", d, sent)
+	}
+	if d := drops["shop/honest"]; d == nil || d.Packets != 0 {
+		t.Errorf("podwire status: honest pod's drops %+v, want 0 packets", d)
+	}
+
+	// The plugin's requests on the socket: one answered, one refused
+	// (K8S_POD_UID is another pod's).
+	reqs := func(f map[string]*dto.MetricFamily, name string) float64 {
+		v, _ := metricValue(f, name, map[string]string{"op": "pod"})
+		return v
+	}
+	before := ta.scrape(t)
+	if _, err := n.addPodNoCapability("default", "asked", uid, nil); err != nil {
+		t.Fatalf("ADD asking the agent: %v\nlog:\n%s", err, n.log())
+	}
+	if _, err := n.addPodNoCapability("default", "asked", "6f1c2a52-0000-4000-8000-0000000000ff", nil); err == nil {
+		t.Fatal("ADD with another pod's UID was not refused")
+	}
+	after := ta.scrape(t)
+	if d := reqs(after, "podwire_agent_socket_requests_total") - reqs(before, "podwire_agent_socket_requests_total"); d != 2 {
+		t.Errorf("socket requests rose by %v, want 2", d)
+	}
+	if d := reqs(after, "podwire_agent_socket_errors_total") - reqs(before, "podwire_agent_socket_errors_total"); d != 1 {
+		t.Errorf("socket errors rose by %v, want 1", d)
+	}
+	if d := reqs(after, "podwire_agent_socket_request_duration_seconds") - reqs(before, "podwire_agent_socket_request_duration_seconds"); d != 2 {
+		t.Errorf("socket latency observations rose by %v, want 2", d)
+	}
+	if v, _ := metricValue(after, "podwire_refusals_total", map[string]string{"reason": "uid-mismatch"}); v != 1 {
+		t.Errorf("podwire_refusals_total{reason=uid-mismatch} = %v, want 1", v)
+	}
+
+	// A table deleted behind the agent's back is repaired, and counted.
+	repairs := func(f map[string]*dto.MetricFamily) float64 {
+		v, _ := metricValue(f, "podwire_table_repairs_total", map[string]string{"kind": "tables"})
+		return v
+	}
+	before = ta.scrape(t)
+	c := n.nftConn()
+	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eventually(10*time.Second, func() error {
+		if r := repairs(ta.scrape(t)); r <= repairs(before) {
+			return fmt.Errorf("podwire_table_repairs_total{kind=\"tables\"} still %v", r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A deleted pod's series goes with its record.
+	if err := forger.del(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eventually(5*time.Second, func() error {
+		if _, ok := metricValue(ta.scrape(t), "podwire_pod_dropped_packets_total", pod("forger")); ok {
+			return fmt.Errorf("the deleted pod's drop series is still exported")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentLogFormat runs the agent binary with --log-format=json and
+// --log-level=warn against an API server that does not answer (a port
+// nothing listens on in the node netns): every line on its stderr is a
+// JSON object, none below WARN, and client-go's own complaints (klog, from
+// its informers) are among them, through the same handler.
+func TestAgentLogFormat(t *testing.T) {
+	agentBin := filepath.Join(filepath.Dir(podwireBin), "podwire-agent")
+	if _, err := os.Stat(agentBin); err != nil {
+		t.Fatalf("the agent binary beside the plugin: %v (make build)", err)
+	}
+	n := newNode(t)
+	kubeconfig := filepath.Join(n.dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	confDir := filepath.Join(n.dir, "net.d")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "10-primary.conflist"), n.primaryList("0.3.1", nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := json.Marshal(n.podwireEntry(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, agentBin, "--log-format=json", "--log-level=warn",
+		"--node-name=worker-1", "--kubeconfig="+kubeconfig, "--state-dir="+n.stateDir(),
+		"--cni-conf-dir="+confDir, "--cni-bin-dir="+filepath.Join(n.dir, "bin"), "--plugin="+podwireBin,
+		"--config="+string(e), "--health-addr=", "--interval=1s")
+	cmd.Stderr = &stderr
+	// Started from a thread in the node netns: the agent and the plugin
+	// it runs for the table repair act there.
+	if err := n.ns.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait() // ended by ctx: it would wait for the API for ever
+
+	var klogLines int
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("not a JSON line: %q (%v)\n%s", l, err, stderr.String())
+		}
+		switch rec["level"] {
+		case "WARN", "ERROR":
+		default:
+			t.Errorf("a %v record at --log-level=warn: %q", rec["level"], l)
+		}
+		if rec["msg"] == nil || rec["time"] == nil {
+			t.Errorf("record without msg or time: %q", l)
+		}
+		// client-go's reflector reports the failed LIST through klog.
+		if strings.Contains(l, "127.0.0.1:1") {
+			klogLines++
+		}
+	}
+	if klogLines == 0 {
+		t.Errorf("no line of client-go's about the unreachable API server:\n%s", stderr.String())
+	}
+	// The agent's own records at info (podwire put in the chain) are left
+	// out, and it did start: it installed the plugin.
+	if strings.Contains(stderr.String(), `"level":"INFO"`) {
+		t.Error("INFO records at --log-level=warn")
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "bin", "podwire")); err != nil {
+		t.Errorf("the agent did not get as far as installing the plugin: %v\n%s", err, stderr.String())
+	}
+}
