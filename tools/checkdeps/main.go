@@ -1,46 +1,25 @@
 // Command checkdeps fails when a script or a test calls a program that no
-// Debian package named in scripts/deps.list provides (the list that
-// scripts/install-deps.sh installs on a fresh machine).
+// Debian package of scripts/deps.list provides, naming the line to add. It
+// finds the programs in shell with mvdan.cc/sh and in Go with go/ast (see
+// follow, scanShell and scanGo for what counts as a call) and resolves each
+// with exec.LookPath and `dpkg -S`: a package of the list, one that is
+// Essential or of priority required, and the programs of `given` pass.
 //
-// It finds the programs mechanically:
-//   - shell scripts (parsed with mvdan.cc/sh): the command word of every
-//     simple command that is a plain literal, through `exec`, `command`,
-//     `env`, `timeout`, `nsenter`, `unshare`, `ip netns exec NS`; `command -v
-//     X` counts as a use of X, and so does each word of a `for t in a b; do
-//     command -v "$t"` loop; a call of the script's own function that runs
-//     "$@" is followed into it. Shell builtins and the script's own functions
-//     are skipped, and so is a word built from variables.
-//   - Go files (go/ast): string literals that reach exec.Command,
-//     exec.CommandContext or exec.LookPath, directly, through a function of
-//     the same package that passes its first parameter (or argv[0] of a
-//     []string parameter) to exec.Command, through a `range` over a []string
-//     literal, or as the first word of the argv lists of a [][]string
-//     literal that is not ranged over (the tests' doIn/runAll command
-//     lists); "nsenter ... --" and
-//     "ip netns exec NS" are followed to the command they run.
-//
-// Each program is resolved with exec.LookPath and `dpkg -S` to a Debian
-// package. It is fine when the package is in the deps list, is Essential or
-// of priority "required" (on every Debian system), or when the program is
-// one the machine comes with or the Makefile builds (go, git, podwire, the
-// reference plugins and cnitool under .cache/cni-bin). Anything else is
-// reported with the line to add to the list.
-//
-// Usage: checkdeps -deps scripts/deps.list [-root DIR] FILE...
+// Usage: checkdeps -deps scripts/deps.list [-v] FILE...
 package main
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,33 +28,27 @@ import (
 
 // given are programs a fresh machine has before install-deps.sh (Go and git)
 // or that `make build tools` builds.
-var given = map[string]bool{
-	"go": true, "gofmt": true, "git": true,
-	"podwire": true, "cnitool": true, "ptp": true, "host-local": true, "tuning": true,
-	"portmap": true, "bridge-plugin": true, "loopback": true,
-}
+var given = strings.Fields("go gofmt git podwire cnitool ptp host-local tuning portmap bridge-plugin loopback")
 
-var builtins = map[string]bool{}
+var builtins = strings.Fields(`: . [ [[ ]] alias bg bind break builtin caller cd command compgen complete
+	compopt continue declare dirs disown echo enable eval exec exit export false fc fg getopts hash help
+	history jobs kill let local logout mapfile popd printf pushd pwd read readarray readonly return set
+	shift shopt source suspend test times trap true type typeset ulimit umask unalias unset wait`)
 
-func init() {
-	for _, b := range strings.Fields(`: . [ [[ ]] alias bg bind break builtin caller cd command compgen complete
-		compopt continue declare dirs disown echo enable eval exec exit export false fc fg getopts hash help
-		history jobs kill let local logout mapfile popd printf pushd pwd read readarray readonly return set
-		shift shopt source suspend test times trap true type typeset ulimit umask unalias unset wait`) {
-		builtins[b] = true
+// uses are the programs called by each file, at each line.
+type uses map[string][]string // program → "file:line" of each call
+
+// add records the programs argv runs (follow) at file:line, but those
+// skip (if not nil) names.
+func (u uses) add(file string, line int, argv []string, skip func(string) bool) {
+	for _, p := range follow(argv) {
+		if p != "" && (skip == nil || !skip(p)) {
+			u[p] = append(u[p], fmt.Sprintf("%s:%d", file, line))
+		}
 	}
 }
 
-// use is one program called at file:line.
-type use struct {
-	file string
-	line int
-	prog string
-}
-
-func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run is the command: 0 when every program is provided, 1 when one is not
 // (each reported on stderr), 2 on a usage or parse error.
@@ -84,149 +57,106 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	depsFile := fs.String("deps", "scripts/deps.list", "list of Debian packages, one a line (# comments)")
 	verbose := fs.Bool("v", false, "print every program found, with its package")
-	if err := fs.Parse(args); err != nil {
+	if fs.Parse(args) != nil {
 		return 2
 	}
-	deps, err := readDeps(*depsFile)
+	raw, err := os.ReadFile(*depsFile)
+	u := uses{}
+	for _, f := range fs.Args() {
+		if err == nil && strings.HasSuffix(f, ".go") {
+			err = scanGo(f, u)
+		} else if err == nil {
+			err = scanShell(f, u)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "checkdeps:", err)
 		return 2
 	}
-	var uses []use
-	for _, f := range fs.Args() {
-		u, err := scan(f)
-		if err != nil {
-			fmt.Fprintln(stderr, "checkdeps:", err)
-			return 2
+	deps := map[string]bool{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		for _, w := range strings.Fields(line) {
+			deps[w] = true
 		}
-		uses = append(uses, u...)
 	}
-	problems := check(uses, deps, *depsFile, *verbose, stdout)
+	problems := check(u, deps, *depsFile, *verbose, stdout)
 	for _, p := range problems {
 		fmt.Fprintln(stderr, p)
 	}
-	if len(problems) > 0 {
-		return 1
-	}
-	return 0
-}
-
-// readDeps reads the package list: one name a line, # starts a comment.
-func readDeps(path string) (map[string]bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "#")
-		for _, w := range strings.Fields(line) {
-			out[w] = true
-		}
-	}
-	return out, sc.Err()
-}
-
-func scan(path string) ([]use, error) {
-	if strings.HasSuffix(path, ".go") {
-		return scanGo(path)
-	}
-	return scanShell(path)
+	return min(len(problems), 1)
 }
 
 // follow returns the programs an argv runs: argv[0] and, for wrappers, the
-// program they run. "" stands for a word that is not a literal.
+// program they run (after their options, env's VAR=value words, timeout's
+// duration, `--` or `ip netns exec NS`). "" stands for a word that is not a
+// literal.
 func follow(argv []string) []string {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil
 	}
-	prog := argv[0]
-	rest := argv[1:]
-	next := func(skip func(i int, w string) bool) []string {
-		for i, w := range rest {
-			if skip(i, w) {
-				continue
-			}
-			return follow(rest[i:])
-		}
-		return nil
-	}
-	var out []string
+	prog, rest := argv[0], argv[1:]
+	out := []string{prog}
 	switch filepath.Base(prog) {
-	case "exec", "builtin":
-		return next(func(_ int, w string) bool { return strings.HasPrefix(w, "-") })
 	case "command":
 		if len(rest) >= 2 && (rest[0] == "-v" || rest[0] == "-V") {
-			return []string{rest[1]}
+			return rest[1:2]
 		}
-		return next(func(_ int, w string) bool { return strings.HasPrefix(w, "-") })
-	case "env":
-		out = append(out, prog)
-		out = append(out, next(func(_ int, w string) bool { return strings.HasPrefix(w, "-") || strings.Contains(w, "=") })...)
-	case "timeout":
-		out = append(out, prog)
-		dur, optArg := false, false
-		out = append(out, next(func(_ int, w string) bool {
-			if optArg {
-				optArg = false
-				return true
-			}
-			if strings.HasPrefix(w, "-") {
-				optArg = w == "-k" || w == "-s" || w == "--kill-after" || w == "--signal"
-				return true
-			}
-			if !dur {
-				dur = true
-				return true
-			}
-			return false
-		})...)
+		out = nil
+	case "exec", "builtin":
+		out = nil
 	case "nsenter", "unshare", "setsid", "nohup":
-		out = append(out, prog)
-		dashdash := false
-		for i, w := range rest {
-			if w == "--" {
-				out = append(out, follow(rest[i+1:])...)
-				dashdash = true
-				break
-			}
+		if i := slices.Index(rest, "--"); i >= 0 {
+			return append(out, follow(rest[i+1:])...)
 		}
-		if !dashdash {
-			out = append(out, next(func(_ int, w string) bool { return strings.HasPrefix(w, "-") })...)
-		}
+	case "env", "timeout":
 	case "ip":
-		out = append(out, prog)
 		if len(rest) >= 4 && rest[0] == "netns" && rest[1] == "exec" {
-			out = append(out, follow(rest[3:])...)
+			return append(out, follow(rest[3:])...)
 		}
+		return out
 	default:
-		out = append(out, prog)
+		return out
+	}
+	optArg, dur := false, prog != "timeout"
+	for i, w := range rest {
+		switch {
+		case optArg:
+			optArg = false
+		case strings.HasPrefix(w, "-"):
+			optArg = prog == "timeout" && slices.Contains([]string{"-k", "-s", "--kill-after", "--signal"}, w)
+		case prog == "env" && strings.Contains(w, "="):
+		case !dur:
+			dur = true
+		default:
+			return append(out, follow(rest[i:])...)
+		}
 	}
 	return out
 }
 
-// scanShell lists the programs a shell script calls.
-func scanShell(path string) ([]use, error) {
+// scanShell adds the programs a shell script calls: the literal command
+// word of every simple command (through follow's wrappers), each word of a
+// `for t in a b; do command -v "$t"` loop, and the calls a function of the
+// script that runs "$@" makes; builtins and the script's functions are
+// not programs.
+func scanShell(path string, u uses) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	file, err := syntax.NewParser().Parse(f, path)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// The script's functions; those that run "$@" (after `shift`s) are
-	// wrappers: `in_() { local n=$1; shift; ip netns exec "$n" "$@"; }`.
-	funcs := map[string]bool{}
+	// The script's functions; one that runs "$@" (after `shift`s) is a
+	// wrapper: `in_() { local n=$1; shift; ip netns exec "$n" "$@"; }`.
 	type wrapper struct {
-		shift int
-		argv  []string // the call running "$@", which is atArg
-		atArg int
+		shift, at int      // at: the index of "$@" in argv
+		argv      []string // the call running "$@"
 	}
-	wrappers := map[string]wrapper{}
+	funcs, wrappers := map[string]bool{}, map[string]*wrapper{}
 	syntax.Walk(file, func(n syntax.Node) bool {
 		fd, ok := n.(*syntax.FuncDecl)
 		if !ok {
@@ -236,76 +166,61 @@ func scanShell(path string) ([]use, error) {
 		shift := 0
 		syntax.Walk(fd.Body, func(n syntax.Node) bool {
 			ce, ok := n.(*syntax.CallExpr)
-			if !ok || len(ce.Args) == 0 {
+			if !ok {
 				return true
 			}
-			if ce.Args[0].Lit() == "shift" {
+			if len(ce.Args) > 0 && ce.Args[0].Lit() == "shift" {
 				k := 1
-				if len(ce.Args) > 1 {
-					if v, err := strconv.Atoi(ce.Args[1].Lit()); err == nil {
-						k = v
-					}
+				if v, err := strconv.Atoi(words(ce.Args[1:])[0]); err == nil {
+					k = v
 				}
 				shift += k
-				return true
 			}
 			for i, w := range ce.Args {
-				if isQuotedAt(w) {
-					if _, seen := wrappers[fd.Name.Value]; !seen {
-						wrappers[fd.Name.Value] = wrapper{shift: shift, argv: words(ce.Args), atArg: i}
-					}
+				if name, quoted := param(w); name == "@" && quoted && wrappers[fd.Name.Value] == nil {
+					wrappers[fd.Name.Value] = &wrapper{shift, i, words(ce.Args)}
 				}
 			}
 			return true
 		})
 		return true
 	})
-	var out []use
-	addArgv := func(pos syntax.Pos, argv []string) {
-		for _, p := range follow(argv) {
-			if p == "" || builtins[p] || funcs[p] {
-				continue
-			}
-			out = append(out, use{path, int(pos.Line()), p})
-		}
-	}
+	skip := func(p string) bool { return slices.Contains(builtins, p) || funcs[p] }
 	syntax.Walk(file, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.ForClause:
 			// for t in ip ping socat; do command -v "$t" ...: each word.
-			wi, ok := n.Loop.(*syntax.WordIter)
-			if !ok {
-				return true
-			}
-			syntax.Walk(&syntax.Block{Stmts: n.Do}, func(m syntax.Node) bool {
-				ce, ok := m.(*syntax.CallExpr)
-				if ok && len(ce.Args) >= 3 && ce.Args[0].Lit() == "command" && ce.Args[1].Lit() == "-v" && isParam(ce.Args[2], wi.Name.Value) {
-					for _, item := range wi.Items {
-						addArgv(item.Pos(), []string{item.Lit()})
+			if wi, ok := n.Loop.(*syntax.WordIter); ok {
+				syntax.Walk(&syntax.Block{Stmts: n.Do}, func(m syntax.Node) bool {
+					if ce, ok := m.(*syntax.CallExpr); ok && len(ce.Args) >= 3 && ce.Args[0].Lit() == "command" && ce.Args[1].Lit() == "-v" {
+						if name, _ := param(ce.Args[2]); name == wi.Name.Value {
+							for _, item := range wi.Items {
+								u.add(path, int(item.Pos().Line()), []string{item.Lit()}, skip)
+							}
+						}
 					}
-				}
-				return true
-			})
+					return true
+				})
+			}
 		case *syntax.CallExpr:
-			if len(n.Args) == 0 {
-				return true
-			}
 			argv := words(n.Args)
-			if w, ok := wrappers[argv[0]]; ok {
-				if 1+w.shift <= len(argv) {
-					sub := append(append(append([]string{}, w.argv[:w.atArg]...), argv[1+w.shift:]...), w.argv[w.atArg+1:]...)
-					addArgv(n.Pos(), sub)
-				}
-				return true
+			if w := wrappers[argv[0]]; w == nil {
+				u.add(path, int(n.Pos().Line()), argv, skip)
+			} else if 1+w.shift <= len(argv) {
+				u.add(path, int(n.Pos().Line()), slices.Concat(w.argv[:w.at], argv[1+w.shift:], w.argv[w.at+1:]), skip)
 			}
-			addArgv(n.Pos(), argv)
 		}
 		return true
 	})
-	return out, nil
+	return nil
 }
 
+// words are the literals of ws ("" for a word that is not one), and "" when
+// ws is empty.
 func words(ws []*syntax.Word) []string {
+	if len(ws) == 0 {
+		return []string{""}
+	}
 	out := make([]string, len(ws))
 	for i, w := range ws {
 		out[i] = w.Lit()
@@ -313,93 +228,81 @@ func words(ws []*syntax.Word) []string {
 	return out
 }
 
-// isQuotedAt reports whether w is "$@".
-func isQuotedAt(w *syntax.Word) bool {
+// param is the parameter a word expands alone ($x or "$x"), and whether it
+// is quoted.
+func param(w *syntax.Word) (name string, quoted bool) {
 	if len(w.Parts) != 1 {
-		return false
-	}
-	dq, ok := w.Parts[0].(*syntax.DblQuoted)
-	if !ok || len(dq.Parts) != 1 {
-		return false
-	}
-	pe, ok := dq.Parts[0].(*syntax.ParamExp)
-	return ok && pe.Param.Value == "@"
-}
-
-// isParam reports whether w is $name or "$name".
-func isParam(w *syntax.Word, name string) bool {
-	if len(w.Parts) != 1 {
-		return false
+		return "", false
 	}
 	part := w.Parts[0]
 	if dq, ok := part.(*syntax.DblQuoted); ok && len(dq.Parts) == 1 {
-		part = dq.Parts[0]
+		part, quoted = dq.Parts[0], true
 	}
-	pe, ok := part.(*syntax.ParamExp)
-	return ok && pe.Param.Value == name
+	if pe, ok := part.(*syntax.ParamExp); ok {
+		return pe.Param.Value, quoted
+	}
+	return "", false
 }
 
-// scanGo lists the programs a Go file runs.
-func scanGo(path string) ([]use, error) {
+// scanGo adds the programs a Go file runs: string literals reaching
+// exec.Command, exec.CommandContext or exec.LookPath directly, through a
+// function of the file that passes a parameter on (the name, or argv[0] of
+// a []string), through a `range` over a []string literal, or as argv[0] of
+// the lists of a [][]string literal that is not ranged over.
+func scanGo(path string, u uses) error {
 	fset := token.NewFileSet()
 	file, err := parser.ParseFile(fset, path, nil, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// Wrappers: funcs passing their first string parameter (name) or
-	// argv[0] of a []string parameter to exec.Command.
+	// Wrappers: funcs passing a parameter (the name), or argv[0] of a
+	// []string parameter, to exec.Command: the parameter's index.
 	nameWrappers, argvWrappers := map[string]int{}, map[string]int{}
 	for _, d := range file.Decls {
 		fd, ok := d.(*ast.FuncDecl)
 		if !ok || fd.Body == nil {
 			continue
 		}
-		params := paramNames(fd.Type)
+		params := map[string]int{}
+		for _, f := range fd.Type.Params.List {
+			for _, n := range f.Names {
+				params[n.Name] = len(params)
+			}
+			if len(f.Names) == 0 { // an unnamed parameter counts too
+				params[fmt.Sprint(len(params))] = len(params)
+			}
+		}
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			arg, ok := execArg(call)
-			if !ok {
-				return true
-			}
-			switch a := arg.(type) {
+			call, _ := n.(*ast.CallExpr)
+			switch a := execArg(call).(type) {
 			case *ast.Ident:
 				if i, ok := params[a.Name]; ok {
 					nameWrappers[fd.Name.Name] = i
 				}
 			case *ast.IndexExpr:
-				if id, ok := a.X.(*ast.Ident); ok {
-					if i, ok := params[id.Name]; ok {
-						argvWrappers[fd.Name.Name] = i
-					}
+				if i, ok := params[types.ExprString(a.X)]; ok {
+					argvWrappers[fd.Name.Name] = i
 				}
 			}
 			return true
 		})
 	}
-	var out []use
 	add := func(pos token.Pos, argv []string) {
-		for _, p := range follow(argv) {
-			if p != "" {
-				out = append(out, use{path, fset.Position(pos).Line, p})
-			}
-		}
+		u.add(path, fset.Position(pos).Line, argv, nil)
 	}
-	ranged := map[string][]string{}   // loop variable -> the []string literal it ranges over
+	ranged := map[string][]string{}   // loop variable → the []string literal it ranges over
 	rangedOver := map[ast.Expr]bool{} // a [][]string ranged over holds arguments (run("ip", c...)), not argvs
 	ast.Inspect(file, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.RangeStmt:
 			rangedOver[n.X] = true
-			if v, ok := n.Value.(*ast.Ident); ok {
-				if lits := stringLits(n.X); len(lits) > 0 {
+			if v, ok := n.Value.(*ast.Ident); ok && isSliceOf(n.X, 1) {
+				if lits := slices.DeleteFunc(litArgs(n.X.(*ast.CompositeLit).Elts), func(s string) bool { return s == "" }); len(lits) > 0 {
 					ranged[v.Name] = lits
 				}
 			}
 		case *ast.CompositeLit:
-			if isSliceOfStringSlices(n.Type) && !rangedOver[n] {
+			if isSliceOf(n, 2) && !rangedOver[n] {
 				for _, e := range n.Elts {
 					if inner, ok := e.(*ast.CompositeLit); ok {
 						add(inner.Pos(), litArgs(inner.Elts))
@@ -407,18 +310,18 @@ func scanGo(path string) ([]use, error) {
 				}
 			}
 		case *ast.CallExpr:
-			if arg, ok := execArg(n); ok {
+			if arg := execArg(n); arg != nil {
 				if id, ok := arg.(*ast.Ident); ok && ranged[id.Name] != nil {
 					for _, l := range ranged[id.Name] {
 						add(n.Pos(), []string{l})
 					}
-					return true
+				} else {
+					add(n.Pos(), litArgs(n.Args[slices.Index(n.Args, arg):]))
 				}
-				idx := argIndex(n, arg)
-				add(n.Pos(), litArgs(n.Args[idx:]))
 				return true
 			}
-			name := calleeName(n)
+			name := types.ExprString(n.Fun)
+			name = name[strings.LastIndex(name, ".")+1:]
 			if i, ok := nameWrappers[name]; ok && i < len(n.Args) {
 				add(n.Pos(), litArgs(n.Args[i:]))
 			}
@@ -430,65 +333,20 @@ func scanGo(path string) ([]use, error) {
 		}
 		return true
 	})
-	return out, nil
+	return nil
 }
 
-// execArg returns the argument naming the program of an exec.Command,
-// exec.CommandContext or exec.LookPath call.
-func execArg(call *ast.CallExpr) (ast.Expr, bool) {
-	sel, ok := call.Fun.(*ast.SelectorExpr)
-	if !ok {
-		return nil, false
+// execArg is the argument naming the program of an exec.Command,
+// exec.CommandContext or exec.LookPath call, or nil.
+func execArg(call *ast.CallExpr) ast.Expr {
+	if call == nil {
+		return nil
 	}
-	if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "exec" {
-		return nil, false
+	i, ok := map[string]int{"exec.Command": 0, "exec.LookPath": 0, "exec.CommandContext": 1}[types.ExprString(call.Fun)]
+	if !ok || i >= len(call.Args) {
+		return nil
 	}
-	i := -1
-	switch sel.Sel.Name {
-	case "Command", "LookPath":
-		i = 0
-	case "CommandContext":
-		i = 1
-	}
-	if i < 0 || i >= len(call.Args) {
-		return nil, false
-	}
-	return call.Args[i], true
-}
-
-func argIndex(call *ast.CallExpr, arg ast.Expr) int {
-	for i, a := range call.Args {
-		if a == arg {
-			return i
-		}
-	}
-	return 0
-}
-
-func calleeName(call *ast.CallExpr) string {
-	switch f := call.Fun.(type) {
-	case *ast.Ident:
-		return f.Name
-	case *ast.SelectorExpr:
-		return f.Sel.Name
-	}
-	return ""
-}
-
-func paramNames(ft *ast.FuncType) map[string]int {
-	out := map[string]int{}
-	i := 0
-	for _, f := range ft.Params.List {
-		if len(f.Names) == 0 {
-			i++
-			continue
-		}
-		for _, n := range f.Names {
-			out[n.Name] = i
-			i++
-		}
-	}
-	return out
+	return call.Args[i]
 }
 
 // litArgs is the argv of literal strings ("" for anything else).
@@ -502,96 +360,55 @@ func litArgs(es []ast.Expr) []string {
 	return out
 }
 
-func stringLits(e ast.Expr) []string {
+// isSliceOf reports whether e is a composite literal of []string (depth 1)
+// or [][]string (depth 2).
+func isSliceOf(e ast.Expr, depth int) bool {
 	cl, ok := e.(*ast.CompositeLit)
-	if !ok {
-		return nil
-	}
-	at, ok := cl.Type.(*ast.ArrayType)
-	if !ok {
-		return nil
-	}
-	if id, ok := at.Elt.(*ast.Ident); !ok || id.Name != "string" {
-		return nil
-	}
-	var out []string
-	for _, s := range litArgs(cl.Elts) {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func isSliceOfStringSlices(t ast.Expr) bool {
-	at, ok := t.(*ast.ArrayType)
-	if !ok || at.Len != nil {
-		return false
-	}
-	inner, ok := at.Elt.(*ast.ArrayType)
-	if !ok || inner.Len != nil {
-		return false
-	}
-	id, ok := inner.Elt.(*ast.Ident)
-	return ok && id.Name == "string"
+	return ok && cl.Type != nil && types.ExprString(cl.Type) == strings.Repeat("[]", depth)+"string"
 }
 
 // check resolves every program to a package and reports those outside deps.
-func check(uses []use, deps map[string]bool, depsFile string, verbose bool, stdout io.Writer) []string {
-	byProg := map[string][]use{}
-	for _, u := range uses {
+func check(u uses, deps map[string]bool, depsFile string, verbose bool, stdout io.Writer) []string {
+	var progs, all []string
+	paths := map[string]string{}
+	for p := range u {
 		// Programs of the repository itself (scripts/x.sh, bin/podwire,
 		// .cache/cni-bin/ptp) are relative paths.
-		if given[filepath.Base(u.prog)] || (strings.Contains(u.prog, "/") && !filepath.IsAbs(u.prog)) {
-			continue
-		}
-		byProg[u.prog] = append(byProg[u.prog], u)
-	}
-	progs := make([]string, 0, len(byProg))
-	for p := range byProg {
-		progs = append(progs, p)
-	}
-	sort.Strings(progs)
-	var out []string
-	paths := map[string]string{}
-	var all []string
-	for _, p := range progs {
-		if path, err := exec.LookPath(p); err == nil {
-			paths[p] = path
-			all = append(all, candidates(path)...)
+		if !slices.Contains(given, filepath.Base(p)) && (!strings.Contains(p, "/") || filepath.IsAbs(p)) {
+			progs = append(progs, p)
+			if path, err := exec.LookPath(p); err == nil {
+				paths[p], all = path, append(all, candidates(path)...)
+			}
 		}
 	}
+	slices.Sort(progs)
 	owners := dpkgOwners(all)
+	var out []string
 	for _, p := range progs {
-		where := fmt.Sprintf("%s:%d", byProg[p][0].file, byProg[p][0].line)
-		if n := len(byProg[p]); n > 1 {
+		where := u[p][0]
+		if n := len(u[p]); n > 1 {
 			where += fmt.Sprintf(" (and %d more)", n-1)
 		}
-		path, ok := paths[p]
-		if !ok {
-			out = append(out, fmt.Sprintf("checkdeps: %s calls %q, which is not installed here: add the Debian package that provides it "+
-				"(`apt-file search bin/%s`) to %s and run scripts/install-deps.sh", where, p, filepath.Base(p), depsFile))
-			continue
-		}
-		pkg := ""
+		path, pkg := paths[p], ""
 		for _, c := range candidates(path) {
 			if pkg = owners[c]; pkg != "" {
 				break
 			}
 		}
-		if pkg == "" {
-			out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), which no Debian package provides (dpkg -S): "+
-				"install it from a package and add that package to %s", where, p, path, depsFile))
-			continue
-		}
-		if verbose {
+		if verbose && pkg != "" {
 			fmt.Fprintf(stdout, "%-28s %-22s %s\n", p, pkg, where)
 		}
-		if deps[pkg] || baseSystem(pkg) {
-			continue
+		switch {
+		case path == "":
+			out = append(out, fmt.Sprintf("checkdeps: %s calls %q, which is not installed here: add the Debian package that provides it "+
+				"(`apt-file search bin/%s`) to %s and run scripts/install-deps.sh", where, p, filepath.Base(p), depsFile))
+		case pkg == "":
+			out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), which no Debian package provides (dpkg -S): "+
+				"install it from a package and add that package to %s", where, p, path, depsFile))
+		case !deps[pkg] && !baseSystem(pkg):
+			out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), provided by the Debian package %q, which %s does not name: add the line\n    %s\nto %s",
+				where, p, path, pkg, depsFile, pkg, depsFile))
 		}
-		out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), provided by the Debian package %q, which %s does not name: add the line\n    %s\nto %s",
-			where, p, path, pkg, depsFile, pkg, depsFile))
 	}
 	return out
 }
@@ -603,7 +420,7 @@ func candidates(path string) []string {
 	if r, err := filepath.EvalSymlinks(path); err == nil && r != path {
 		cands = append(cands, r)
 	}
-	for _, c := range append([]string(nil), cands...) {
+	for _, c := range slices.Clone(cands) {
 		if rest, ok := strings.CutPrefix(c, "/usr"); ok {
 			cands = append(cands, rest)
 		} else {
@@ -623,11 +440,8 @@ func dpkgOwners(paths []string) map[string]string {
 	// dpkg -S exits 1 when some path is not found; the others are printed.
 	res, _ := exec.Command("dpkg", append([]string{"-S"}, paths...)...).Output()
 	for _, line := range strings.Split(string(res), "\n") {
-		if line == "" || strings.HasPrefix(line, "diversion by") {
-			continue // "diversion by dash from: /usr/bin/sh"
-		}
 		pkgs, path, ok := strings.Cut(line, ": ")
-		if !ok {
+		if !ok || strings.HasPrefix(line, "diversion by") { // "diversion by dash from: /usr/bin/sh"
 			continue
 		}
 		pkg, _, _ := strings.Cut(pkgs, ",") // "a, b: path": the first owner
@@ -643,9 +457,6 @@ func dpkgOwners(paths []string) map[string]string {
 // of priority required.
 func baseSystem(pkg string) bool {
 	out, err := exec.Command("dpkg-query", "-W", "-f", "${Essential} ${Priority}", pkg).Output()
-	if err != nil {
-		return false
-	}
 	f := strings.Fields(string(out))
-	return len(f) == 2 && (f[0] == "yes" || f[1] == "required")
+	return err == nil && len(f) == 2 && (f[0] == "yes" || f[1] == "required")
 }

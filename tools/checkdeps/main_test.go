@@ -29,14 +29,6 @@ func TestCheckDeps(t *testing.T) {
 			t.Skipf("%s is not installed (run scripts/install-deps.sh): %v", prog, err)
 		}
 	}
-	goFixture := filepath.Join(t.TempDir(), "calls_socat.go")
-	b, err := os.ReadFile("testdata/calls_socat.go.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(goFixture, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name     string
 		file     string
@@ -49,9 +41,9 @@ func TestCheckDeps(t *testing.T) {
 		{"shell, socat listed", "testdata/calls-socat.sh", []string{"iproute2", "socat"}, 0, nil},
 		{"shell, iproute2 unlisted", "testdata/calls-socat.sh", []string{"socat"}, 1,
 			[]string{`calls-socat.sh:3 (and 2 more) calls "ip"`, "    iproute2\n"}},
-		{"go, socat unlisted", goFixture, []string{"iproute2"}, 1,
+		{"go, socat unlisted", "testdata/calls_socat.go", []string{"iproute2"}, 1,
 			[]string{`calls_socat.go:11 calls "socat"`, "    socat\n"}},
-		{"go, socat listed", goFixture, []string{"iproute2", "socat"}, 0, nil},
+		{"go, socat listed", "testdata/calls_socat.go", []string{"iproute2", "socat"}, 0, nil},
 		{"not installed", "testdata/calls-missing.sh", []string{"iproute2"}, 1,
 			[]string{`calls "podwire-no-such-program", which is not installed here`}},
 	} {
