@@ -43,7 +43,7 @@ summary) ;;
 	;;
 esac
 if [ "$1" != summary ]; then
-	[ -z "$dir" ] || mkdir -p "$dir"
+	case "$1" in timeline | perf | faults) mkdir -p "${dir:?scripts/profile.sh $1 needs a DIR}" ;; esac
 	export BENCH_WRAP
 	CGO_ENABLED=0 $GO test -c -o "$BENCH_BIN/profile.test" ./integration/bench
 	"$BENCH_BIN/profile.test" -test.run '^$' -test.bench '^BenchmarkScaling$' -test.benchtime 1x -test.timeout 0 >&2
