@@ -467,7 +467,9 @@ func TestConfigChangeRollsDaemonSet(t *testing.T) {
 // TestRefused: values that cannot work fail the render, naming the value.
 func TestRefused(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
-		{`metrics.enabled=true`, "metrics.enabled"},
+		{`log.format="xml"`, "/log/format"},
+		{`log.level="verbose"`, "/log/level"},
+		{`metrics.port=0`, "/metrics/port"},
 		{`config.forwarding.namespaces="nf-*"`, "forwarding/namespaces"},
 		{`config.forwading={"namespaces":["nf-*"]}`, "forwading"},
 		{`config.allowedVLANs=100`, "allowedVLANs"},
@@ -485,5 +487,65 @@ func TestRefused(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestMetricsValues: metrics off renders no /metrics flag, port or scrape
+// annotation; on, the agent binds the port on every node address (or the
+// chosen one), declares it, and carries Prometheus' scrape annotations
+// unless told not to. The log values become the agent's flags.
+func TestMetricsValues(t *testing.T) {
+	flagged := func(c corev1.Container, prefix string) []string {
+		var out []string
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, prefix) {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		set      []string
+		flag     string // want --metrics-bind-address=flag, "" none
+		annotate bool
+	}{
+		{set: nil},
+		{set: []string{`metrics.enabled=true`}, flag: ":9178", annotate: true},
+		{set: []string{`metrics.enabled=true`, `metrics.port=9300`, `metrics.bindAddress="127.0.0.1"`, `metrics.scrapeAnnotations=false`}, flag: "127.0.0.1:9300"},
+	} {
+		_, rendered, err := render(chartPath, nil, tc.set)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.set, err)
+		}
+		o := parse(t, rendered)
+		c := o.container(t)
+		got := flagged(c, "--metrics-bind-address=")
+		ann := o.ds.Spec.Template.Annotations
+		switch {
+		case tc.flag == "" && (len(got) > 0 || len(c.Ports) > 0 || ann["prometheus.io/scrape"] != ""):
+			t.Errorf("%v: metrics off, but flag %v, ports %v, annotations %v", tc.set, got, c.Ports, ann)
+		case tc.flag != "" && (len(got) != 1 || got[0] != "--metrics-bind-address="+tc.flag):
+			t.Errorf("%v: flags %v, want --metrics-bind-address=%s", tc.set, got, tc.flag)
+		case tc.flag != "" && (len(c.Ports) != 1 || c.Ports[0].Name != "metrics" ||
+			fmt.Sprint(c.Ports[0].ContainerPort) != tc.flag[strings.LastIndex(tc.flag, ":")+1:]):
+			t.Errorf("%v: ports %+v, want metrics on the flag's port", tc.set, c.Ports)
+		}
+		if tc.flag != "" {
+			port := tc.flag[strings.LastIndex(tc.flag, ":")+1:]
+			scraped := ann["prometheus.io/scrape"] == "true" && ann["prometheus.io/port"] == port && ann["prometheus.io/path"] == "/metrics"
+			if scraped != tc.annotate {
+				t.Errorf("%v: scrape annotations %v, want them %v", tc.set, ann, tc.annotate)
+			}
+		}
+		if l := flagged(c, "--log-"); strings.Join(l, " ") != "--log-format=text --log-level=info" {
+			t.Errorf("%v: log flags %v", tc.set, l)
+		}
+	}
+	_, rendered, err := render(chartPath, nil, []string{`log.format="json"`, `log.level="warn"`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := flagged(parse(t, rendered).container(t), "--log-"); strings.Join(l, " ") != "--log-format=json --log-level=warn" {
+		t.Errorf("log.format=json log.level=warn: flags %v", l)
 	}
 }
