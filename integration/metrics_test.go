@@ -264,7 +264,8 @@ func TestAgentMetrics(t *testing.T) {
 // --log-level=warn against an API server that does not answer (a port
 // nothing listens on in the node netns): every line on its stderr is a
 // JSON object, none below WARN, and client-go's own complaints (klog, from
-// its informers) are among them, through the same handler.
+// its informers) are among them, through the same handler. The binary's
+// --metrics-bind-address serves /metrics meanwhile.
 func TestAgentLogFormat(t *testing.T) {
 	agentBin := filepath.Join(filepath.Dir(podwireBin), "podwire-agent")
 	if _, err := os.Stat(agentBin); err != nil {
@@ -295,12 +296,35 @@ current-context: c
 	cmd := exec.CommandContext(ctx, agentBin, "--log-format=json", "--log-level=warn",
 		"--node-name=worker-1", "--kubeconfig="+kubeconfig, "--state-dir="+n.stateDir(),
 		"--cni-conf-dir="+confDir, "--cni-bin-dir="+filepath.Join(n.dir, "bin"), "--plugin="+podwireBin,
-		"--config="+string(e), "--health-addr=", "--interval=1s")
+		"--config="+string(e), "--health-addr=", "--interval=1s", "--metrics-bind-address="+metricsAddr)
 	cmd.Stderr = &stderr
 	// Started from a thread in the node netns: the agent and the plugin
 	// it runs for the table repair act there.
 	if err := n.ns.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
 		t.Fatal(err)
+	}
+	ta := &testAgent{nodeNS: n.ns}
+	if err := eventually(5*time.Second, func() error {
+		var c net.Conn
+		if err := n.ns.Do(func(ns.NetNS) error {
+			var err error
+			c, err = net.DialTimeout("tcp", metricsAddr, time.Second)
+			return err
+		}); err != nil {
+			return err
+		}
+		return c.Close()
+	}); err != nil {
+		cancel()
+		_ = cmd.Wait()
+		t.Fatalf("the agent binary serves no /metrics on %s: %v\n%s", metricsAddr, err, stderr.String())
+	}
+	fams := ta.scrape(t)
+	if v, ok := metricValue(fams, "podwire_pods_wired", nil); !ok || v != 0 {
+		t.Errorf("podwire_pods_wired from the binary: %v (present %v), want 0", v, ok)
+	}
+	if _, ok := fams["podwire_agent_build_info"]; !ok {
+		t.Error("no podwire_agent_build_info from the binary")
 	}
 	_ = cmd.Wait() // ended by ctx: it would wait for the API for ever
 
