@@ -360,3 +360,67 @@ current-context: c
 		t.Errorf("the agent did not get as far as installing the plugin: %v\n%s", err, stderr.String())
 	}
 }
+
+// TestStatusDropsBridged: on a bridging primary (the bridge plugin on
+// cni0) the drops are counted per bridge port in "bridge podwire": a pod
+// that forges IP sources and claims a neighbour's address by gratuitous
+// ARP has them all counted by `podwire status`, and an honest pod on the
+// same bridge, whose own datagrams arrive, has none.
+func TestStatusDropsBridged(t *testing.T) {
+	n := newNode(t)
+	n.primary = bridgePrimary(n)
+	setBrNetfilter(t, n, "0")
+	be := n.newBackend()
+	const port = 7101
+	sink, err := packets.NewSink(be.ns.Path(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	dst := netip.AddrPortFrom(be.v4, port)
+	honest := n.mustAddPod(podSpec{namespace: "shop", name: "honest"})
+	forger := n.mustAddPod(podSpec{namespace: "shop", name: "forger"})
+
+	if err := packets.SendFrom(honest.ns.Path(), honest.v4, dst, "honest", 3); err != nil {
+		t.Fatal(err)
+	}
+	if !sink.WaitGot(honest.v4, "honest", 3*time.Second) {
+		t.Fatalf("the honest pod's datagrams from %s did not arrive", honest.v4)
+	}
+	const sent = 5
+	forged := netip.MustParseAddr("10.99.0.5")
+	if err := packets.SendFrom(forger.ns.Path(), forged, dst, "forged", sent); err != nil {
+		t.Fatal(err)
+	}
+	if err := packets.SendGratuitousARP(forger.ns.Path(), "eth0", honest.v4); err != nil {
+		t.Fatal(err)
+	}
+	if sink.WaitGot(forged, "forged", time.Second) {
+		t.Fatalf("a forged source %s passed the bridge", forged)
+	}
+
+	conflist := n.writeConflist("1.1.0")
+	var st cliapi.NodeStatus
+	if err := n.ns.Do(func(ns.NetNS) error {
+		out, err := exec.Command(podwireBin, "status", "--conflist", conflist, "--json").Output()
+		if err != nil {
+			return fmt.Errorf("podwire status: %w", err)
+		}
+		return json.Unmarshal(out, &st)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	drops := map[string]*cliapi.Drops{}
+	for _, a := range st.Attachments {
+		if a.HostBridge != "cni0" {
+			t.Errorf("%s: hostBridge %q, want cni0 (the test would not read bridge podwire)", a.Pod, a.HostBridge)
+		}
+		drops[a.Pod] = a.Drops
+	}
+	if d := drops["shop/forger"]; d == nil || d.Packets < sent+1 {
+		t.Errorf("forger's drops %+v, want >= %d packets (%d datagrams and the ARP claim)", d, sent+1, sent)
+	}
+	if d := drops["shop/honest"]; d == nil || d.Packets != 0 {
+		t.Errorf("honest pod's drops %+v, want 0 packets", d)
+	}
+}
