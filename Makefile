@@ -103,9 +103,8 @@ k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 
-test-k8s: deps image image-upgrade tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) \
-		PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+test-k8s: deps image tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -162,6 +163,38 @@ func httpOK(hc *http.Client, url string) error {
 		return fmt.Errorf("GET %s: %s: %.300s", url, resp.Status, b)
 	}
 	return nil
+}
+
+// API sends one request to the apiserver as the admin (from the first
+// node's netns): method, a path such as /api/v1/namespaces/default/pods,
+// and a JSON body (nil for none). It returns the response body; a status
+// outside 2xx is an error carrying it. Cheaper than Kubectl (no process,
+// no TLS handshake per call) where a test makes many calls.
+func (c *Cluster) API(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, apiServer+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.api.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return b, fmt.Errorf("%s %s: %s: %.300s", method, path, resp.Status, b)
+	}
+	return b, nil
 }
 
 func (c *Cluster) startControllers() error {

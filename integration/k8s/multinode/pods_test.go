@@ -2,10 +2,10 @@ package multinode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,51 +59,63 @@ func runPod(t *testing.T, namespace, name string, n *cluster.Node, labels map[st
 	return p
 }
 
-// startPod creates a pod on node n with labels and waits until it is
-// Ready, with an address of each family.
+// startPod creates a pod on node n with labels through the API and waits
+// until it is Ready, with an address of each family. It talks to the
+// apiserver directly (cluster.API), not through kubectl: the churn of
+// TestRollingUpgrade creates pods as fast as two cores allow.
 func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string) (*pod, error) {
-	var lbl strings.Builder
-	if len(labels) > 0 {
-		lbl.WriteString("  labels:\n")
-		for k, v := range labels {
-			fmt.Fprintf(&lbl, "    %s: %q\n", k, v)
-		}
-	}
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  namespace: %s
-%sspec:
-  nodeName: %s
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: %s
-    imagePullPolicy: Never
-`, name, namespace, lbl.String(), n.Name, cluster.PauseImage)
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if _, err := c.Kubectl(ctx, manifest, "apply", "-f", "-"); err != nil {
-		return nil, err
-	}
-	if _, err := c.Kubectl(ctx, "", "wait", "-n", namespace, "--for=condition=Ready", "pod/"+name, "--timeout=90s"); err != nil {
-		return nil, err
-	}
-	out, err := c.Kubectl(ctx, "", "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid} {.status.podIPs[*].ip}")
+	grace := int64(1)
+	automount := false
+	manifest, err := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": namespace, "labels": labels},
+		"spec": map[string]any{
+			"nodeName": n.Name, "automountServiceAccountToken": automount, "terminationGracePeriodSeconds": grace,
+			"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
+		},
+	})
 	if err != nil {
 		return nil, err
 	}
-	f := strings.Fields(out)
-	if len(f) < 2 {
-		return nil, fmt.Errorf("pod %s/%s has no IPs in the API: %q", namespace, name, out)
+	path := "/api/v1/namespaces/" + namespace + "/pods"
+	if _, err := c.API(ctx, "POST", path, manifest); err != nil {
+		return nil, err
 	}
-	p := &pod{namespace: namespace, name: name, node: n, uid: f[0]}
-	for _, s := range f[1:] {
-		a, err := netip.ParseAddr(s)
+	var obj struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+		Status struct {
+			Conditions []struct{ Type, Status string } `json:"conditions"`
+			PodIPs     []struct{ IP string }           `json:"podIPs"`
+		} `json:"status"`
+	}
+	for ready := false; !ready; {
+		b, err := c.API(ctx, "GET", path+"/"+name, nil)
 		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: IP %q: %v", namespace, name, s, err)
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &obj); err != nil {
+			return nil, err
+		}
+		for _, cond := range obj.Status.Conditions {
+			ready = ready || (cond.Type == "Ready" && cond.Status == "True")
+		}
+		if !ready {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("pod %s/%s not Ready: %w", namespace, name, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	p := &pod{namespace: namespace, name: name, node: n, uid: obj.Metadata.UID}
+	for _, ip := range obj.Status.PodIPs {
+		a, err := netip.ParseAddr(ip.IP)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: IP %q: %v", namespace, name, ip.IP, err)
 		}
 		if a.Is4() {
 			p.ip4 = a
@@ -112,12 +124,18 @@ metadata:
 		}
 	}
 	if !p.ip4.IsValid() || !p.ip6.IsValid() {
-		return nil, fmt.Errorf("pod %s/%s is not dual-stack: %q", namespace, name, out)
+		return nil, fmt.Errorf("pod %s/%s is not dual-stack: %v", namespace, name, obj.Status.PodIPs)
 	}
 	if p.netns, _, err = n.PodNetNS(ctx, p.uid); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %v", namespace, name, err)
 	}
 	return p, nil
+}
+
+// deletePod deletes a pod through the API without waiting for it to go.
+func deletePod(ctx context.Context, namespace, name string) error {
+	_, err := c.API(ctx, "DELETE", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil)
+	return err
 }
 
 // udpEchoServer answers every datagram to port in nsPath (both families)
