@@ -142,8 +142,9 @@ canon() {
 
 addr_of() { ip -n "$1" -o "$2" addr show dev eth0 scope global | awk '{sub("/.*", "", $4); print $4; exit}'; }
 hostveth() { ip -n "$NODE" -o route get "$1" | sed -n 's/.* dev \([^ ]*\).*/\1/p'; }
-drops() { # packets counted by the source check's drop rule
-	in_ "$NODE" nft list table inet podwire 2>/dev/null | awk '/counter packets .* drop/ {print $3; exit}'
+drops() { # packets the source check dropped: the sum of the checked set's per-pod counters
+	in_ "$NODE" nft list set inet podwire checked 2>/dev/null |
+		grep -o 'counter packets [0-9]*' | awk '{s += $3} END {print s + 0}'
 }
 
 say "node $NODE: forwarding on, uplink0 on a switch with a server and the load balancer"
