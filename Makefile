@@ -21,6 +21,10 @@ FLANNEL_VERSION := v0.28.10
 FLANNEL_CNI_VERSION := v0.9.1
 FLANNEL_DIR := $(CURDIR)/.cache/flannel-$(FLANNEL_VERSION)
 ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
+# The helm CLI the multi-node suite installs, upgrades and uninstalls the
+# chart with: the release tools/chart renders with (its go.mod).
+HELM_VERSION := v3.22.0
+HELM_BIN := $(CURDIR)/.cache/helm-$(HELM_VERSION)/helm
 
 # One version for both binaries and the image tag: scripts/version.sh (git
 # describe; v0.1.0-<commits>-g<hash> while the repository has no tag),
@@ -86,7 +90,7 @@ $(TOOLS_DIR)/.stamp: Makefile
 test: deps test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
-	$(GO) test -count=1 ./pkg/... ./plugins/... ./scripts/...
+	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/...
 
 test-integration: deps build tools
 	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
@@ -102,9 +106,10 @@ test-e2e: deps image tools
 k8s-bins:
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
+	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
 
-test-k8s: deps image tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+test-k8s: deps image image-upgrade tools k8s-bins
+	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh
