@@ -1,23 +1,20 @@
-// Command checkdeps fails when a script or a test calls a program that no
-// Debian package of scripts/deps.list provides, naming the line to add. It
-// finds the programs in shell with mvdan.cc/sh and in Go with go/ast (see
-// follow, scanShell and scanGo for what counts as a call) and resolves each
-// with exec.LookPath and `dpkg -S`: a package of the list, one that is
-// Essential or of priority required, and the programs of `given` pass.
+// Command checkdeps prints the programs that shell scripts and Go files call,
+// a line each: the program, a tab, and where it is called ("file:line", then
+// " (and N more)"). See follow, scanShell and scanGo for what counts as a
+// call. scripts/check-deps.sh resolves each to a Debian package.
 //
-// Usage: checkdeps -deps scripts/deps.list [-v] FILE...
+// Usage: checkdeps FILE...
 package main
 
 import (
-	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"go/types"
 	"io"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,17 +23,13 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// given are programs a fresh machine has before install-deps.sh (Go and git)
-// or that `make build tools` builds.
-var given = strings.Fields("go gofmt git podwire cnitool ptp host-local tuning portmap bridge-plugin loopback")
-
 var builtins = strings.Fields(`: . [ [[ ]] alias bg bind break builtin caller cd command compgen complete
 	compopt continue declare dirs disown echo enable eval exec exit export false fc fg getopts hash help
 	history jobs kill let local logout mapfile popd printf pushd pwd read readarray readonly return set
 	shift shopt source suspend test times trap true type typeset ulimit umask unalias unset wait`)
 
-// uses are the programs called by each file, at each line.
-type uses map[string][]string // program → "file:line" of each call
+// uses are the calls of each program: program → "file:line" of each call.
+type uses map[string][]string
 
 // add records the programs argv runs (follow) at file:line, but those
 // skip (if not nil) names.
@@ -50,41 +43,27 @@ func (u uses) add(file string, line int, argv []string, skip func(string) bool) 
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// run is the command: 0 when every program is provided, 1 when one is not
-// (each reported on stderr), 2 on a usage or parse error.
-func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("checkdeps", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	depsFile := fs.String("deps", "scripts/deps.list", "list of Debian packages, one a line (# comments)")
-	verbose := fs.Bool("v", false, "print every program found, with its package")
-	if fs.Parse(args) != nil {
-		return 2
-	}
-	raw, err := os.ReadFile(*depsFile)
+// run is the command: 0 when every file was read, 2 when one was not.
+func run(files []string, stdout, stderr io.Writer) int {
 	u := uses{}
-	for _, f := range fs.Args() {
-		if err == nil && strings.HasSuffix(f, ".go") {
-			err = scanGo(f, u)
-		} else if err == nil {
-			err = scanShell(f, u)
+	for _, f := range files {
+		scan := scanShell
+		if strings.HasSuffix(f, ".go") {
+			scan = scanGo
+		}
+		if err := scan(f, u); err != nil {
+			fmt.Fprintln(stderr, "checkdeps:", err)
+			return 2
 		}
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "checkdeps:", err)
-		return 2
-	}
-	deps := map[string]bool{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		line, _, _ = strings.Cut(line, "#")
-		for _, w := range strings.Fields(line) {
-			deps[w] = true
+	for _, p := range slices.Sorted(maps.Keys(u)) {
+		where := u[p][0]
+		if n := len(u[p]); n > 1 {
+			where += fmt.Sprintf(" (and %d more)", n-1)
 		}
+		fmt.Fprintf(stdout, "%s\t%s\n", p, where)
 	}
-	problems := check(u, deps, *depsFile, *verbose, stdout)
-	for _, p := range problems {
-		fmt.Fprintln(stderr, p)
-	}
-	return min(len(problems), 1)
+	return 0
 }
 
 // follow returns the programs an argv runs: argv[0] and, for wrappers, the
@@ -239,9 +218,9 @@ func param(w *syntax.Word) (name string, quoted bool) {
 		part, quoted = dq.Parts[0], true
 	}
 	if pe, ok := part.(*syntax.ParamExp); ok {
-		return pe.Param.Value, quoted
+		name = pe.Param.Value
 	}
-	return "", false
+	return name, quoted
 }
 
 // scanGo adds the programs a Go file runs: string literals reaching
@@ -257,7 +236,11 @@ func scanGo(path string, u uses) error {
 	}
 	// Wrappers: funcs passing a parameter (the name), or argv[0] of a
 	// []string parameter, to exec.Command: the parameter's index.
-	nameWrappers, argvWrappers := map[string]int{}, map[string]int{}
+	type wrapper struct {
+		i    int
+		argv bool
+	}
+	wrappers := map[string]wrapper{}
 	for _, d := range file.Decls {
 		fd, ok := d.(*ast.FuncDecl)
 		if !ok || fd.Body == nil {
@@ -274,22 +257,17 @@ func scanGo(path string, u uses) error {
 		}
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
 			call, _ := n.(*ast.CallExpr)
-			switch a := execArg(call).(type) {
-			case *ast.Ident:
-				if i, ok := params[a.Name]; ok {
-					nameWrappers[fd.Name.Name] = i
-				}
-			case *ast.IndexExpr:
-				if i, ok := params[types.ExprString(a.X)]; ok {
-					argvWrappers[fd.Name.Name] = i
-				}
+			a := execArg(call)
+			if ix, ok := a.(*ast.IndexExpr); ok {
+				a = ix.X
+			}
+			if i, ok := params[types.ExprString(a)]; ok && a != nil {
+				wrappers[fd.Name.Name] = wrapper{i, a != execArg(call)}
 			}
 			return true
 		})
 	}
-	add := func(pos token.Pos, argv []string) {
-		u.add(path, fset.Position(pos).Line, argv, nil)
-	}
+	add := func(pos token.Pos, argv []string) { u.add(path, fset.Position(pos).Line, argv, nil) }
 	ranged := map[string][]string{}   // loop variable → the []string literal it ranges over
 	rangedOver := map[ast.Expr]bool{} // a [][]string ranged over holds arguments (run("ip", c...)), not argvs
 	ast.Inspect(file, func(n ast.Node) bool {
@@ -322,13 +300,12 @@ func scanGo(path string, u uses) error {
 			}
 			name := types.ExprString(n.Fun)
 			name = name[strings.LastIndex(name, ".")+1:]
-			if i, ok := nameWrappers[name]; ok && i < len(n.Args) {
-				add(n.Pos(), litArgs(n.Args[i:]))
-			}
-			if i, ok := argvWrappers[name]; ok && i < len(n.Args) {
-				if cl, ok := n.Args[i].(*ast.CompositeLit); ok {
-					add(n.Pos(), litArgs(cl.Elts))
+			if w, ok := wrappers[name]; ok && w.i < len(n.Args) {
+				args := n.Args[w.i:]
+				if cl, ok := args[0].(*ast.CompositeLit); ok && w.argv {
+					args = cl.Elts
 				}
+				add(n.Pos(), litArgs(args))
 			}
 		}
 		return true
@@ -365,98 +342,4 @@ func litArgs(es []ast.Expr) []string {
 func isSliceOf(e ast.Expr, depth int) bool {
 	cl, ok := e.(*ast.CompositeLit)
 	return ok && cl.Type != nil && types.ExprString(cl.Type) == strings.Repeat("[]", depth)+"string"
-}
-
-// check resolves every program to a package and reports those outside deps.
-func check(u uses, deps map[string]bool, depsFile string, verbose bool, stdout io.Writer) []string {
-	var progs, all []string
-	paths := map[string]string{}
-	for p := range u {
-		// Programs of the repository itself (scripts/x.sh, bin/podwire,
-		// .cache/cni-bin/ptp) are relative paths.
-		if !slices.Contains(given, filepath.Base(p)) && (!strings.Contains(p, "/") || filepath.IsAbs(p)) {
-			progs = append(progs, p)
-			if path, err := exec.LookPath(p); err == nil {
-				paths[p], all = path, append(all, candidates(path)...)
-			}
-		}
-	}
-	slices.Sort(progs)
-	owners := dpkgOwners(all)
-	var out []string
-	for _, p := range progs {
-		where := u[p][0]
-		if n := len(u[p]); n > 1 {
-			where += fmt.Sprintf(" (and %d more)", n-1)
-		}
-		path, pkg := paths[p], ""
-		for _, c := range candidates(path) {
-			if pkg = owners[c]; pkg != "" {
-				break
-			}
-		}
-		if verbose && pkg != "" {
-			fmt.Fprintf(stdout, "%-28s %-22s %s\n", p, pkg, where)
-		}
-		switch {
-		case path == "":
-			out = append(out, fmt.Sprintf("checkdeps: %s calls %q, which is not installed here: add the Debian package that provides it "+
-				"(`apt-file search bin/%s`) to %s and run scripts/install-deps.sh", where, p, filepath.Base(p), depsFile))
-		case pkg == "":
-			out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), which no Debian package provides (dpkg -S): "+
-				"install it from a package and add that package to %s", where, p, path, depsFile))
-		case !deps[pkg] && !baseSystem(pkg):
-			out = append(out, fmt.Sprintf("checkdeps: %s calls %q (%s), provided by the Debian package %q, which %s does not name: add the line\n    %s\nto %s",
-				where, p, path, pkg, depsFile, pkg, depsFile))
-		}
-	}
-	return out
-}
-
-// candidates are the paths under which dpkg may know path: as found, its
-// target and their /bin <-> /usr/bin twins (merged /usr).
-func candidates(path string) []string {
-	cands := []string{path}
-	if r, err := filepath.EvalSymlinks(path); err == nil && r != path {
-		cands = append(cands, r)
-	}
-	for _, c := range slices.Clone(cands) {
-		if rest, ok := strings.CutPrefix(c, "/usr"); ok {
-			cands = append(cands, rest)
-		} else {
-			cands = append(cands, "/usr"+c)
-		}
-	}
-	return cands
-}
-
-// dpkgOwners maps each of paths that a package installed to that package,
-// with one `dpkg -S` (it reads the whole file database: a second per call).
-func dpkgOwners(paths []string) map[string]string {
-	out := map[string]string{}
-	if len(paths) == 0 {
-		return out
-	}
-	// dpkg -S exits 1 when some path is not found; the others are printed.
-	res, _ := exec.Command("dpkg", append([]string{"-S"}, paths...)...).Output()
-	for _, line := range strings.Split(string(res), "\n") {
-		pkgs, path, ok := strings.Cut(line, ": ")
-		if !ok || strings.HasPrefix(line, "diversion by") { // "diversion by dash from: /usr/bin/sh"
-			continue
-		}
-		pkg, _, _ := strings.Cut(pkgs, ",") // "a, b: path": the first owner
-		pkg, _, _ = strings.Cut(pkg, ":")   // "pkg:amd64"
-		if _, seen := out[path]; !seen {
-			out[path] = strings.TrimSpace(pkg)
-		}
-	}
-	return out
-}
-
-// baseSystem reports whether pkg is on every Debian system: Essential, or
-// of priority required.
-func baseSystem(pkg string) bool {
-	out, err := exec.Command("dpkg-query", "-W", "-f", "${Essential} ${Priority}", pkg).Output()
-	f := strings.Fields(string(out))
-	return err == nil && len(f) == 2 && (f[0] == "yes" || f[1] == "required")
 }
