@@ -119,7 +119,33 @@ const (
 	OpPod = "pod"
 	// OpStatus asks for the agent's state (Response.Status).
 	OpStatus = "status"
+	// OpRefusal tells the agent that the plugin refused a pod's ADD
+	// (Reason, Namespace, Name, UID), for its podwire_refusals_total. The
+	// plugin sends it with Notify: the refusal itself is the ADD's CNI
+	// error and the plugin's log, whether or not an agent hears of it.
+	OpRefusal = "refusal"
 )
+
+// Refusal reasons of an OpRefusal: the gate of the plugin that refused
+// the ADD. The agent counts any other value as RefusalOther, so that a
+// plugin of another release cannot grow the metric's label values.
+const (
+	// RefusalForwardingNamespace: a forwarding annotation in a namespace
+	// that forwarding.namespaces does not match.
+	RefusalForwardingNamespace = "forwarding-namespace"
+	// RefusalRoutablePrefixes: a route outside forwarding.routablePrefixes.
+	RefusalRoutablePrefixes = "routable-prefixes"
+	// RefusalAllowedVLANs: a VLAN outside allowedVLANs.
+	RefusalAllowedVLANs = "allowed-vlans"
+	// RefusalBadAnnotation: a podwire.io/* annotation that does not parse.
+	RefusalBadAnnotation = "bad-annotation"
+	// RefusalOther: a reason this build does not know.
+	RefusalOther = "other"
+)
+
+// RefusalReasons are the reasons this build reports, RefusalOther last.
+var RefusalReasons = []string{RefusalForwardingNamespace, RefusalRoutablePrefixes,
+	RefusalAllowedVLANs, RefusalBadAnnotation, RefusalOther}
 
 // codeTryAgainLater is CNI error 11 (types.ErrTryAgainLater), without
 // importing the CNI library into the agent's protocol.
@@ -136,6 +162,8 @@ type Request struct {
 	Name      string `json:"name,omitempty"`
 	// UID is K8S_POD_UID: the agent refuses a pod whose UID differs.
 	UID string `json:"uid,omitempty"`
+	// Reason is an OpRefusal's gate (Refusal*).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Response is what the agent answers. Code is 0 on success, else a CNI
@@ -210,6 +238,35 @@ func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 		return nil, &IncompatibleError{Side: "plugin", Peer: resp.Header}
 	}
 	return resp, nil
+}
+
+// Notify sends req to the agent at socket once, without Call's retries,
+// and waits for its answer until ctx's deadline: for a report whose loss
+// does not matter (OpRefusal), so an absent agent (no socket, nobody
+// listening) costs one failed dial and a slow one at most ctx's timeout.
+// An agent too old to know req.Op answers with an error, returned as one.
+func Notify(ctx context.Context, socket string, req Request) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("no podwire agent on %s: %w", socket, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	req.Header = header(Proto)
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return fmt.Errorf("failed to send to the podwire agent on %s: %w", socket, err)
+	}
+	var resp Response
+	if err := json.NewDecoder(io.LimitReader(conn, maxMessage)).Decode(&resp); err != nil {
+		return fmt.Errorf("no answer from the podwire agent on %s: %w", socket, err)
+	}
+	if resp.Code != 0 {
+		return fmt.Errorf("the podwire agent on %s answered %d: %s", socket, resp.Code, resp.Error)
+	}
+	return nil
 }
 
 // Handler answers one request.

@@ -226,3 +226,55 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// TestNotify: a report reaches an agent with its reason; with no agent, or
+// an agent too old for the op, or one that never answers, Notify fails
+// within its context's timeout instead of waiting as Call does.
+func TestNotify(t *testing.T) {
+	var seen []Request
+	var mu sync.Mutex
+	sock := serve(t, func(_ context.Context, req Request) *Response {
+		mu.Lock()
+		seen = append(seen, req)
+		mu.Unlock()
+		if req.Op != OpRefusal {
+			return &Response{Code: 11, Error: "unknown op"}
+		}
+		return &Response{}
+	})
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+	if err := Notify(short(), sock, Request{Op: OpRefusal, Reason: RefusalAllowedVLANs, Namespace: "ns", Name: "p"}); err != nil {
+		t.Fatalf("Notify: %v", err)
+	}
+	mu.Lock()
+	if len(seen) != 1 || seen[0].Reason != RefusalAllowedVLANs || seen[0].Name != "p" {
+		t.Errorf("the agent saw %+v", seen)
+	}
+	mu.Unlock()
+	if err := Notify(short(), sock, Request{Op: "newer"}); err == nil || !strings.Contains(err.Error(), "unknown op") {
+		t.Errorf("an op the agent does not know: %v", err)
+	}
+
+	start := time.Now()
+	if err := Notify(short(), filepath.Join(t.TempDir(), "none.sock"), Request{Op: OpRefusal}); err == nil {
+		t.Error("no agent: no error")
+	}
+	// A listener that never accepts: the connection is queued, the answer
+	// never comes.
+	mute := filepath.Join(t.TempDir(), "mute.sock")
+	ln, err := net.Listen("unix", mute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := Notify(short(), mute, Request{Op: OpRefusal}); err == nil {
+		t.Error("a mute agent: no error")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Notify without an agent took %v, want about its 300 ms timeout", took)
+	}
+}
