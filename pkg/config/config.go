@@ -80,37 +80,45 @@ type NetConf struct {
 	AgentSocket       string `json:"agentSocket,omitempty"`
 	// Kubeconfig and NodeName are retired keys (the plugin makes no API
 	// call since the node agent): accepted with a warning and unused.
-	Kubeconfig   string     `json:"kubeconfig,omitempty"`
-	NodeName     string     `json:"nodeName,omitempty"`
-	Bridge       string     `json:"bridge,omitempty"`
-	Uplink       string     `json:"uplink,omitempty"`
-	MTU          int        `json:"mtu,omitempty"`
-	PodIfName    string     `json:"podIfName,omitempty"`
-	VLAN         int        `json:"vlan,omitempty"`
-	VLANTrunk    string     `json:"vlanTrunk,omitempty"`
-	AllowedVLANs string     `json:"allowedVLANs,omitempty"`
-	SourceCheck  *bool      `json:"sourceCheck,omitempty"`
-	Forwarding   Forwarding `json:"forwarding,omitempty"`
-	ProbeSNAT    *ProbeSNAT `json:"probeSNAT,omitempty"`
-	Egress       *Egress    `json:"egress,omitempty"`
+	Kubeconfig   string      `json:"kubeconfig,omitempty"`
+	NodeName     string      `json:"nodeName,omitempty"`
+	Bridge       string      `json:"bridge,omitempty"`
+	Uplink       string      `json:"uplink,omitempty"`
+	MTU          int         `json:"mtu,omitempty"`
+	PodIfName    string      `json:"podIfName,omitempty"`
+	VLAN         int         `json:"vlan,omitempty"`
+	VLANTrunk    string      `json:"vlanTrunk,omitempty"`
+	AllowedVLANs string      `json:"allowedVLANs,omitempty"`
+	VLANGrants   []VLANGrant `json:"vlanGrants,omitempty"`
+	SourceCheck  *bool       `json:"sourceCheck,omitempty"`
+	Forwarding   Forwarding  `json:"forwarding,omitempty"`
+	ProbeSNAT    *ProbeSNAT  `json:"probeSNAT,omitempty"`
+	Egress       *Egress     `json:"egress,omitempty"`
 
 	// Derived by Parse.
 
 	// Result is prevResult converted to the current result type; nil when
 	// the runtime sent none (DEL, GC, STATUS, or an unchained ADD).
 	Result *current.Result `json:"-"`
-	// TrunkVLANs is vlanTrunk parsed; AllowedVLANSet is allowedVLANs parsed.
+	// TrunkVLANs is vlanTrunk parsed; AllowedVLANSet is allowedVLANs parsed
+	// (granted to every namespace); GrantedVLANSet is the union of
+	// vlanGrants[].vlans.
 	TrunkVLANs     vlan.Set `json:"-"`
 	AllowedVLANSet vlan.Set `json:"-"`
-	// RoutablePrefixes is forwarding.routablePrefixes parsed.
-	RoutablePrefixes []netip.Prefix `json:"-"`
+	GrantedVLANSet vlan.Set `json:"-"`
+	// RoutablePrefixes is forwarding.routablePrefixes parsed;
+	// SourcePrefixBounds is forwarding.sourcePrefixes parsed.
+	RoutablePrefixes   []netip.Prefix `json:"-"`
+	SourcePrefixBounds []netip.Prefix `json:"-"`
 	// ProbePairs is probeSNAT's preset and rules resolved to address pairs.
 	ProbePairs []ProbePair `json:"-"`
 	// EgressV4 and EgressV6 are the egress IPs used (the first of each
 	// family); invalid (zero) when there is none of that family.
 	EgressV4, EgressV6 netip.Addr `json:"-"`
-	// ExceptCIDRs is egress.exceptCIDRs parsed.
-	ExceptCIDRs []netip.Prefix `json:"-"`
+	// ExceptCIDRs is egress.exceptCIDRs parsed; EgressBounds is
+	// egress.allowedCIDRs parsed (nil: unbounded).
+	ExceptCIDRs  []netip.Prefix `json:"-"`
+	EgressBounds []netip.Prefix `json:"-"`
 	// Warnings are non-fatal findings for the log (an ignored second egress
 	// IP of a family, say).
 	Warnings []string `json:"-"`
@@ -131,6 +139,9 @@ type Forwarding struct {
 	Namespaces []string `json:"namespaces,omitempty"`
 	// RoutablePrefixes bound what podwire.io/routes may ask for.
 	RoutablePrefixes []string `json:"routablePrefixes,omitempty"`
+	// SourcePrefixes bound what podwire.io/allowed-source-prefixes may ask
+	// for; empty refuses the annotation.
+	SourcePrefixes []string `json:"sourcePrefixes,omitempty"`
 }
 
 // ProbeSNAT configures the stateless load-balancer probe rewrite.
@@ -157,6 +168,9 @@ type Egress struct {
 	IPs            []string `json:"ips,omitempty"`
 	ExceptCIDRs    []string `json:"exceptCIDRs,omitempty"`
 	NodeAnnotation bool     `json:"nodeAnnotation,omitempty"`
+	// AllowedCIDRs bound the egress IPs that egress.ips and the Node
+	// annotation podwire.io/egress-ip may name; empty: unbounded.
+	AllowedCIDRs []string `json:"allowedCIDRs,omitempty"`
 }
 
 // SourceCheckEnabled reports whether the source-IP check is on (the default).

@@ -35,7 +35,7 @@ func TestParseDefaults(t *testing.T) {
 // client, now the agent's job) are accepted with a warning naming them, even
 // with values the old validation refused.
 func TestParseRetiredKeys(t *testing.T) {
-	c, err := Parse(conf(`"kubeconfig":"/etc/../kubeconfig","nodeName":"Worker_1","egress":{"nodeAnnotation":true}`))
+	c, err := Parse(conf(`"kubeconfig":"/etc/../kubeconfig","nodeName":"Worker_1","egress":{"nodeAnnotation":true,"allowedCIDRs":["203.0.113.0/24"]}`))
 	if err != nil {
 		t.Fatalf("retired keys refused: %v", err)
 	}
@@ -64,8 +64,8 @@ func TestParseFullExample(t *testing.T) {
 	if c.EgressV4 != netip.MustParseAddr("203.0.113.10") || c.EgressV6 != netip.MustParseAddr("2001:db8::10") {
 		t.Errorf("egress %v %v", c.EgressV4, c.EgressV6)
 	}
-	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "egress.ips[2]") {
-		t.Errorf("warnings %q, want one naming egress.ips[2]", c.Warnings)
+	if len(c.Warnings) != 2 || !strings.Contains(c.Warnings[0], "allowedVLANs") || !strings.Contains(c.Warnings[1], "egress.ips[2]") {
+		t.Errorf("warnings %q, want allowedVLANs deprecated and one naming egress.ips[2]", c.Warnings)
 	}
 	if len(c.ProbePairs) != 1 || c.ProbePairs[0].From != AzureProbeFrom || c.ProbePairs[0].To != AzureProbeTo {
 		t.Errorf("probe pairs %v", c.ProbePairs)
@@ -146,6 +146,53 @@ var invalidConfigs = []struct {
 	{"egress link-local", `"egress":{"ips":["fe80::1"]}`, 7, []string{"egress.ips[0]", "fe80::1"}},
 	{"egress zone", `"egress":{"ips":["2001:db8::1%eth0"]}`, 7, []string{"egress.ips[0]"}},
 	{"exceptCIDR is address", `"egress":{"ips":["203.0.113.10"],"exceptCIDRs":["10.0.0.1"]}`, 7, []string{"egress.exceptCIDRs[0]", "10.0.0.1"}},
+	{"vlanGrants not list", `"vlanGrants":{"vlans":"100"}`, types.ErrDecodingFailure, []string{`"vlanGrants"`}},
+	{"vlanGrants no VLAN", `"vlanGrants":[{"namespaces":["a"]}]`, 7, []string{"vlanGrants[0].vlans", "names no VLAN"}},
+	{"vlanGrants reversed", `"vlanGrants":[{"vlans":"300-200"}]`, 7, []string{"vlanGrants[0].vlans", "300-200"}},
+	{"vlanGrants also in allowedVLANs", `"allowedVLANs":"100-105","vlanGrants":[{"vlans":"105-110"}]`, 7, []string{"vlanGrants[0].vlans", "105", "allowedVLANs", "every namespace"}},
+	{"vlanGrants bad glob", `"vlanGrants":[{"vlans":"100","namespaces":["x["]}]`, 7, []string{"vlanGrants[0].namespaces[0]", "x["}},
+	{"vlanGrants subnet host bits", `"vlanGrants":[{"vlans":"100","subnets":["192.0.2.1/24"]}]`, 7, []string{"vlanGrants[0].subnets[0]", "192.0.2.1/24"}},
+	{"vlanGrants exclude outside", `"vlanGrants":[{"vlans":"100","subnets":["192.0.2.0/24"],"exclude":["198.51.100.1/32"]}]`, 7, []string{"vlanGrants[0].exclude[0]", "198.51.100.1/32", "subnets"}},
+	{"vlan outside grants", `"vlan":101,"vlanGrants":[{"vlans":"100"}]`, 7, []string{"vlan", "101", "vlanGrants"}},
+	{"sourcePrefixes address", `"forwarding":{"sourcePrefixes":["10.0.0.1"]}`, 7, []string{"forwarding.sourcePrefixes[0]", "10.0.0.1"}},
+	{"allowedCIDRs garbage", `"egress":{"allowedCIDRs":["x/8"]}`, 7, []string{"egress.allowedCIDRs[0]", "x/8"}},
+	{"egress ip outside allowedCIDRs", `"egress":{"ips":["203.0.113.10"],"allowedCIDRs":["198.51.100.0/24"]}`, 7, []string{"egress.ips[0]", "203.0.113.10", "egress.allowedCIDRs"}},
+}
+
+// TestParseTenancy: vlanGrants, forwarding.sourcePrefixes and
+// egress.allowedCIDRs parse into the gates' values; allowedVLANs stays valid
+// with a deprecation warning.
+func TestParseTenancy(t *testing.T) {
+	c, err := Parse(conf(`"vlan":101,"vlanGrants":[{"vlans":"100-101","namespaces":["team-a"],"subnets":["192.0.2.0/24"],"exclude":["192.0.2.1/32"]},
+		{"vlans":"101,200","namespaces":["team-b"]}],
+		"forwarding":{"sourcePrefixes":["10.99.0.0/16"]},"egress":{"ips":["203.0.113.10"],"allowedCIDRs":["203.0.113.0/24"],"nodeAnnotation":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GrantedVLANSet.String() != "100-101,200" {
+		t.Errorf("granted VLANs %s", c.GrantedVLANSet)
+	}
+	g := c.VLANGrants[0]
+	a := netip.MustParseAddr
+	if !g.Grants(100, "team-a") || g.Grants(100, "team-b") || g.Grants(200, "team-a") || g.Grants(100, "") {
+		t.Errorf("grant 0 namespaces/VLANs wrong: %+v", g)
+	}
+	if !g.Permits(a("192.0.2.10")) || g.Permits(a("192.0.2.1")) || g.Permits(a("198.51.100.1")) {
+		t.Errorf("grant 0 subnets wrong: %+v", g)
+	}
+	if len(c.SourcePrefixBounds) != 1 || len(c.EgressBounds) != 1 {
+		t.Errorf("bounds %v %v", c.SourcePrefixBounds, c.EgressBounds)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("warnings %q, want none", c.Warnings)
+	}
+	c, err = Parse(conf(`"allowedVLANs":"100"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "allowedVLANs") || !strings.Contains(c.Warnings[0], "deprecated") {
+		t.Errorf("warnings %q, want allowedVLANs deprecated", c.Warnings)
+	}
 }
 
 func TestParseInvalid(t *testing.T) {
@@ -194,7 +241,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q): defaults missing", in)
 		}
 		for _, id := range c.TrunkVLANs {
-			if !c.AllowedVLANSet.Contains(id) {
+			if !c.VLANAllowed(id) {
 				t.Fatalf("Parse(%q): trunk VLAN %d outside allowedVLANs", in, id)
 			}
 		}

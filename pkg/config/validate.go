@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net/netip"
-	"path"
 	"path/filepath"
 	"strings"
 
@@ -141,7 +140,10 @@ func (c *NetConf) validate() error {
 	if err := c.validateProbeSNAT(); err != nil {
 		return err
 	}
-	return c.validateEgress()
+	if err := c.validateEgress(); err != nil {
+		return err
+	}
+	return c.validateTenancyBounds()
 }
 
 func (c *NetConf) validateVLANs() error {
@@ -149,32 +151,35 @@ func (c *NetConf) validateVLANs() error {
 	if c.AllowedVLANSet, err = vlan.Parse(c.AllowedVLANs); err != nil {
 		return Invalid("allowedVLANs", c.AllowedVLANs, "%v", err)
 	}
+	if err := c.validateVLANGrants(); err != nil {
+		return err
+	}
 	if c.VLAN != 0 {
 		if c.VLAN < vlan.MinID || c.VLAN > vlan.MaxID {
 			return Invalid("vlan", c.VLAN, "must be 0 (none) or %d..%d", vlan.MinID, vlan.MaxID)
 		}
-		if !c.AllowedVLANSet.Contains(uint16(c.VLAN)) {
-			return Invalid("vlan", c.VLAN, "is not inside allowedVLANs %q", c.AllowedVLANs)
+		if !c.VLANAllowed(uint16(c.VLAN)) {
+			return Invalid("vlan", c.VLAN, "is not inside allowedVLANs %q or vlanGrants", c.AllowedVLANs)
 		}
 	}
 	if c.TrunkVLANs, err = vlan.Parse(c.VLANTrunk); err != nil {
 		return Invalid("vlanTrunk", c.VLANTrunk, "%v", err)
 	}
-	if miss := c.AllowedVLANSet.Missing(c.TrunkVLANs); len(miss) > 0 {
-		return Invalid("vlanTrunk", c.VLANTrunk, "VLANs %s are not inside allowedVLANs %q", miss, c.AllowedVLANs)
+	var miss vlan.Set
+	for _, id := range c.TrunkVLANs {
+		if !c.VLANAllowed(id) {
+			miss = append(miss, id)
+		}
+	}
+	if len(miss) > 0 {
+		return Invalid("vlanTrunk", c.VLANTrunk, "VLANs %s are not inside allowedVLANs %q or vlanGrants", miss, c.AllowedVLANs)
 	}
 	return nil
 }
 
 func (c *NetConf) validateForwarding() error {
-	for i, g := range c.Forwarding.Namespaces {
-		key := fmt.Sprintf("forwarding.namespaces[%d]", i)
-		if g == "" {
-			return Invalid(key, g, "empty glob")
-		}
-		if _, err := path.Match(g, ""); err != nil {
-			return Invalid(key, g, "bad glob syntax: %v", err)
-		}
+	if err := validateNamespaces("forwarding.namespaces", c.Forwarding.Namespaces); err != nil {
+		return err
 	}
 	for i, s := range c.Forwarding.RoutablePrefixes {
 		p, err := ParsePrefix(s)
