@@ -126,6 +126,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	scripts/check-netlink.sh
+	scripts/check-process-shape.sh
 	scripts/check-deps.sh
 	$(GO) -C tools/checkdeps vet .
 	$(GO) -C tools/checkdeps test -count=1 .

@@ -21,7 +21,7 @@
 //
 // An AF_PACKET socket (github.com/j-keck/arping) costs a full RCU grace
 // period when it is released (synchronize_net() in net/packet/af_packet.c,
-// packet_release): 8 to 16 ms of wall time per ADD. Instead, [Announce] sets
+// packet_release), which an ADD would wait for. Instead, [Announce] sets
 // net.ipv4.conf.<if>.arp_notify and net.ipv6.conf.<if>.ndisc_notify and asks
 // the kernel to set the interface's MAC to its current value (RTM_SETLINK
 // with IFLA_ADDRESS). netif_set_mac_address (net/core/dev.c) skips the driver

@@ -67,13 +67,15 @@ func ReadEnv(conf *config.NetConf) Env {
 				"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
 				EgressAnnotation, conf.StateDir), "")
 		default:
-			if c.V4.IsValid() {
-				env.Egress4 = c.V4
+			v4, v6, refused := boundNodeEgress(conf, c.V4, c.V6)
+			if v4.IsValid() {
+				env.Egress4 = v4
 			}
-			if c.V6.IsValid() {
-				env.Egress6 = c.V6
+			if v6.IsValid() {
+				env.Egress6 = v6
 			}
 			env.Warnings = append(env.Warnings, c.Warnings...)
+			env.Warnings = append(env.Warnings, refused...)
 		}
 	}
 	if conf.EgressEnabled() {
@@ -96,8 +98,8 @@ func ReadEnv(conf *config.NetConf) Env {
 //
 // It asks the kernel for the FIB entry that matches a destination only the
 // default route covers (RTM_F_FIB_MATCH, `ip route get fibmatch`): one
-// round trip whatever the size of the route table (a dump of a node with
-// 1000 pods' routes took 7 ms). Unlike a dump of the main table it follows
+// round trip whatever the size of the route table (a dump grows with the
+// node's pods, one route each). Unlike a dump of the main table it follows
 // policy routing rules, as the node's own traffic does. When the matched
 // entry is not a default route (a node with a route for 0.0.0.0/8, say) it
 // falls back to a dump of the main table.

@@ -172,9 +172,9 @@ func (s *Store) Delete(containerID, ifName string) error {
 // alongside the good ones (errors.Join), so that GC and the node tables
 // carry on past them. A rebuild of the node tables reads every record of
 // the node, so the files are opened relative to the directory (no path to
-// build and walk per record), read by one worker per P (GOMAXPROCS; one in
-// the plugin, which runs with one P), and the names are read without a
-// stat or a DirEntry each.
+// build and walk per record), read by one worker per P (GOMAXPROCS: the
+// plugin widens it for a rebuild, package oneproc), and the names are read
+// without a stat or a DirEntry each.
 func (s *Store) List() ([]*Record, error) {
 	dir, err := os.Open(s.Dir)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -20,20 +20,13 @@ import (
 
 // main runs the CNI verb or the operator CLI.
 //
-// The main goroutine is not locked to its thread, unlike the reference
-// plugins' main: podwire changes a thread's netns only inside ns.Do (and
-// WithNetNSPath), which runs the work on a goroutine locked to a thread of
-// its own and lets that thread die if it cannot switch back, so every other
-// thread stays in the netns the plugin was started in.
-//
-// And the process has one P (package oneproc). An invocation is a short
-// sequential program, and with idle Ps every goroutine it starts wakes
-// another OS thread (a futex wake and a context switch each way; with main
-// locked to its thread, a handoff both ways): mdlayher/socket starts one
-// per netlink send and receive to watch a context google/nftables never
-// cancels, ns.Do one per pod netns visit. With one P they run on the thread
-// that started them. `bench -phases direct -compare` (25 rounds), with
-// nft.Dial's one socket: ADD CPU -20 to -25 %.
+// The process has one P (package oneproc says why) and its main goroutine
+// is not locked to its thread, unlike the reference plugins' main: podwire
+// changes a thread's netns only inside ns.Do (and WithNetNSPath), which runs
+// the work on a goroutine locked to a thread of its own and lets that thread
+// die if it cannot switch back, so every other thread stays in the netns
+// the plugin was started in. scripts/check-process-shape.sh (make lint)
+// fails on any other netns switch or thread lock.
 func main() {
 	if os.Getenv("CNI_COMMAND") == "" {
 		os.Exit(runCLI(os.Args[1:], os.Stdout, os.Stderr))

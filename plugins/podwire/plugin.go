@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -16,6 +15,7 @@ import (
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/plugins/podwire/internal/oneproc"
 )
 
 // plugin is podwire run by a runtime, with its backends; main wires the
@@ -142,10 +142,8 @@ func (s *session) ensureTables(want []*nft.Table) error {
 	}
 	rebuild := func() (func(), error) {
 		// Ensure takes the lock only to rebuild, which reads every
-		// record of the node (state.Store.List: one worker per P): with
-		// the runtime's default Ps from here on (the CPUs, within the
-		// cgroup's quota; oneproc made the invocation one P).
-		runtime.SetDefaultGOMAXPROCS()
+		// record of the node with one worker per P.
+		oneproc.Widen()
 		return s.lock.Lock()
 	}
 	rep, err := ruleset.Ensure(c, want, s.store, s.conf, rebuild, func(err error) {

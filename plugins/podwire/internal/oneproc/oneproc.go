@@ -1,16 +1,28 @@
-// Package oneproc sets GOMAXPROCS to 1 when it is initialised. Import it,
-// for its side effect, from a short sequential program whose goroutines
-// would otherwise each wake an idle P's thread (plugins/podwire's main
-// says why podwire is one).
+// Package oneproc owns the plugin's GOMAXPROCS: it sets one P when it is
+// initialised, and [Widen] gives the runtime's default back for the one
+// parallel part of an invocation. Nothing else in the plugin sets
+// GOMAXPROCS (scripts/check-process-shape.sh fails on it).
 //
-// It imports nothing but runtime, so it is initialised among the first
-// packages of the program (the spec orders package initialisation by
-// import path among the packages whose imports are initialised): changing
-// GOMAXPROCS stops the world and frees the other Ps' span caches, which
-// costs more the more the program has allocated by then (bench -phases
-// direct: 0.4 ms of CPU here, 2.2 ms from main's init).
+// Why one P: an invocation is a short sequential program, and with idle Ps
+// every goroutine it starts wakes another OS thread (a futex wake and a
+// context switch each way): mdlayher/socket starts one per netlink send and
+// receive, ns.Do one per pod netns visit. With one P they run on the thread
+// that started them. The A/B figure is in docs/benchmarks.md ("Process
+// shape").
+//
+// Why a package: it imports nothing but runtime, so it is initialised among
+// the first packages of the program (the spec orders package initialisation
+// by import path among the packages whose imports are initialised), and
+// changing GOMAXPROCS stops the world and frees the other Ps' span caches,
+// which costs more the more the program has allocated by then.
 package oneproc
 
 import "runtime"
 
 func init() { runtime.GOMAXPROCS(1) }
+
+// Widen gives the invocation the runtime's default number of Ps (the CPUs,
+// within the cgroup's quota) from here on, for work that runs one worker
+// per P: the rebuild of the node tables, which reads every record of the
+// node (state.Store.List).
+func Widen() { runtime.SetDefaultGOMAXPROCS() }
