@@ -35,8 +35,8 @@ type nodeReader interface {
 	// holding a global address (vlanbridge.CheckUplinkAddresses).
 	checkUplink(name string) error
 	// vlanEnv reads what planning a VLAN port p with uplink ("" for none)
-	// depends on.
-	vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv
+	// depends on (vlanbridge.ReadEnv).
+	vlanEnv(p *vlanbridge.Port, uplink string) vlanbridge.Env
 }
 
 // routeTable holds the node routes to forwarding pods (podwire.io/routes).
@@ -50,14 +50,15 @@ type routeTable interface {
 // pods' VLAN ports (pkg/vlanbridge).
 type vlanWiring interface {
 	// ensureTrunk makes the bridge and enslaves the uplink ("" for none)
-	// carrying vids tagged; the caller holds the node lock.
+	// carrying vids tagged (vlanbridge.EnsureTrunk); the caller holds the
+	// node lock.
 	ensureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error)
 	createPort(br *netlink.Bridge, p *vlanbridge.Port) (*vlanbridge.Created, error)
 	// deletePort removes the veth pair; gone already is success.
 	deletePort(hostVeth string) error
 	removeUplinkVLANs(uplink string, vids []uint16) error
 	// checkVLAN verifies the bridge, the port p and the uplink ("" for
-	// none) carrying vids.
+	// none) carrying vids (vlanbridge.CheckAttachment).
 	checkVLAN(p *vlanbridge.Port, uplink string, vids []uint16) error
 }
 
@@ -70,20 +71,6 @@ type announcer interface {
 
 // podHostIf is a pod interface and the host side of its veth.
 type podHostIf struct{ podIf, hostIf string }
-
-// vlanEnv is what planning a VLAN port reads from the node.
-type vlanEnv struct {
-	// namesErr is a clash of the host veth or pod interface name.
-	namesErr error
-	// bridgeType is the type of the link named like the bridge, "" when
-	// there is none; bridgeOurs and bridgeVLANFiltering describe it.
-	bridgeType                      string
-	bridgeOurs, bridgeVLANFiltering bool
-	// uplinkMTU is the uplink's MTU in bytes; uplinkErr says why the uplink
-	// cannot carry VLANs (missing, or holding a global address).
-	uplinkMTU int
-	uplinkErr error
-}
 
 // sysctls reads and writes sysctls by their path relative to /proc/sys
 // (net/ipv4/conf/eth0/rp_filter), in the node's netns unless a pod netns is

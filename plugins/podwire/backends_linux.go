@@ -1,9 +1,7 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -49,25 +47,8 @@ func (linuxLinks) checkUplink(name string) error {
 	return err
 }
 
-func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplink string) vlanEnv {
-	var env vlanEnv
-	env.namesErr = vlanbridge.CheckNames(p)
-	if l, err := netlinksafe.LinkByName(p.Bridge); err == nil {
-		env.bridgeType = l.Type()
-		if br, ok := l.(*netlink.Bridge); ok {
-			env.bridgeOurs = br.Alias == vlanbridge.Alias
-			env.bridgeVLANFiltering = br.VlanFiltering != nil && *br.VlanFiltering
-		}
-	}
-	if uplink != "" {
-		l, err := vlanbridge.CheckUplinkAddresses(uplink)
-		if err != nil {
-			env.uplinkErr = err
-		} else {
-			env.uplinkMTU = l.Attrs().MTU
-		}
-	}
-	return env
+func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplink string) vlanbridge.Env {
+	return vlanbridge.ReadEnv(p, uplink)
 }
 
 func (linuxLinks) addRoutes(r []forwarding.Route) error   { return forwarding.AddRoutes(r) }
@@ -75,19 +56,7 @@ func (linuxLinks) delRoutes(r []forwarding.Route) error   { return forwarding.De
 func (linuxLinks) checkRoutes(r []forwarding.Route) error { return forwarding.CheckRoutes(r) }
 
 func (linuxLinks) ensureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error) {
-	br, err := vlanbridge.EnsureBridge(bridge)
-	if err != nil {
-		return nil, err
-	}
-	if uplink != "" {
-		if _, err := vlanbridge.EnsureUplink(br, uplink); err != nil {
-			return nil, err
-		}
-		if err := vlanbridge.AddUplinkVLANs(uplink, vids); err != nil {
-			return nil, err
-		}
-	}
-	return br, nil
+	return vlanbridge.EnsureTrunk(bridge, uplink, vids)
 }
 
 func (linuxLinks) createPort(br *netlink.Bridge, p *vlanbridge.Port) (*vlanbridge.Created, error) {
@@ -101,33 +70,7 @@ func (linuxLinks) removeUplinkVLANs(uplink string, vids []uint16) error {
 }
 
 func (linuxLinks) checkVLAN(p *vlanbridge.Port, uplink string, vids []uint16) error {
-	br, err := vlanbridge.CheckBridge(p.Bridge)
-	if err != nil {
-		return err
-	}
-	if err := vlanbridge.CheckPort(br, p); err != nil {
-		return err
-	}
-	if uplink == "" {
-		return nil
-	}
-	up, err := netlinksafe.LinkByName(uplink)
-	if err != nil {
-		return fmt.Errorf("uplink %q: %w", uplink, err)
-	}
-	if up.Attrs().MasterIndex != br.Index {
-		return fmt.Errorf("uplink %q is not a port of bridge %q", uplink, p.Bridge)
-	}
-	have, err := vlanbridge.ListPortVLANs(up.Attrs().Index)
-	if err != nil {
-		return err
-	}
-	for _, id := range vids {
-		if !slices.Contains(have.Tagged, id) {
-			return fmt.Errorf("uplink %q does not carry VLAN %d tagged", uplink, id)
-		}
-	}
-	return nil
+	return vlanbridge.CheckAttachment(p, uplink, vids)
 }
 
 func (linuxLinks) announce(netns string, ifs []podHostIf, log *slog.Logger) {

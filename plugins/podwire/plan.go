@@ -14,6 +14,7 @@ import (
 	"github.com/podwire/podwire/pkg/primary"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
 // nodeEnv is the node as one ADD sees it, read once before planning
@@ -32,7 +33,7 @@ type nodeEnv struct {
 	hostRPFilter    string
 	hostRPFilterErr error
 	// vlan is read for a pod that wants a VLAN only.
-	vlan vlanEnv
+	vlan vlanbridge.Env
 }
 
 // planInput is everything planning reads. Planning does no I/O: the node is
@@ -106,7 +107,7 @@ func (p *plugin) readEnv(in *planInput) nodeEnv {
 	}
 	// A VLAN the pod may not have is the plan's refusal: nothing to read.
 	if v, err := wantedVLAN(in); err == nil && v != nil {
-		env.vlan = p.node.vlanEnv(port(v, in.netns), v.Uplink)
+		env.vlan = p.node.vlanEnv(vlanbridge.PortOf(v, in.netns), v.Uplink)
 	}
 	return env
 }

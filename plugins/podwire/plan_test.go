@@ -94,7 +94,7 @@ func TestPlanAttachment(t *testing.T) {
 			}
 		}},
 		{name: "VLAN access port, MTU from the uplink", conf: strings.Replace(planConf, `"name":"n"`, `"name":"n","uplink":"eth1"`, 1),
-			ann: vlan, env: nodeEnv{vlan: vlanEnv{uplinkMTU: 9000}}, check: func(t *testing.T, p *attachmentPlan) {
+			ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{UplinkMTU: 9000}}, check: func(t *testing.T, p *attachmentPlan) {
 				v := p.rec.VLAN
 				if v == nil || v.PVID != 100 || v.MTU != 9000 || !v.PortCheck || v.HostVeth != vlanbridge.HostVethName("c1", "eth0") {
 					t.Errorf("VLAN: %+v", v)
@@ -109,13 +109,13 @@ func TestPlanAttachment(t *testing.T) {
 			env: nodeEnv{primary: &primary.Attachment{Addresses: []netip.Addr{netip.MustParseAddr("10.199.0.5")}}}, wantErr: "host interface is unknown"},
 		{name: "node annotation not written yet", conf: planConf,
 			env: nodeEnv{tables: nodetables.Env{NodeEgressErr: types.NewError(types.ErrTryAgainLater, "not yet", "")}}, wantErr: "not yet"},
-		{name: "VLAN name clash", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanEnv{namesErr: errors.New("net1 exists")}}, wantErr: "clash"},
+		{name: "VLAN name clash", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{NamesErr: errors.New("net1 exists")}}, wantErr: "clash"},
 		{name: "VLAN interface named like the primary", conf: planConf,
 			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "eth0"}, wantErr: "clashes with the pod's primary"},
-		{name: "bridge name taken by another link", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanEnv{bridgeType: "dummy"}}, wantErr: "not a bridge"},
-		{name: "foreign bridge without VLAN filtering", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanEnv{bridgeType: "bridge"}}, wantErr: "no VLAN filtering"},
+		{name: "bridge name taken by another link", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{BridgeType: "dummy"}}, wantErr: "not a bridge"},
+		{name: "foreign bridge without VLAN filtering", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{BridgeType: "bridge"}}, wantErr: "no VLAN filtering"},
 		{name: "uplink with a global address", conf: strings.Replace(planConf, `"name":"n"`, `"name":"n","uplink":"eth1"`, 1),
-			ann: vlan, env: nodeEnv{vlan: vlanEnv{uplinkErr: errors.New("holds 192.0.2.1")}}, wantErr: "invalid uplink"},
+			ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{UplinkErr: errors.New("holds 192.0.2.1")}}, wantErr: "invalid uplink"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ann := tc.ann

@@ -70,38 +70,11 @@ func planVLAN(in *planInput, rec *state.Record) error {
 	if err != nil || v == nil {
 		return err
 	}
-	env := in.env.vlan
-	if env.namesErr != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", env.namesErr.Error())
-	}
-	switch {
-	case env.bridgeType == "":
-	case env.bridgeType != "bridge":
-		return types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("invalid bridge %q: link is a %s, not a bridge", v.Bridge, env.bridgeType), "")
-	case !env.bridgeOurs && !env.bridgeVLANFiltering:
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-			"invalid bridge %q: an existing bridge that is not podwire's and has no VLAN filtering", v.Bridge), "")
-	}
-	if v.Uplink != "" {
-		if env.uplinkErr != nil {
-			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", v.Uplink), env.uplinkErr.Error())
-		}
-		if v.MTU == 0 {
-			v.MTU = env.uplinkMTU
-		}
+	if err := vlanbridge.Plan(v, in.env.vlan); err != nil {
+		return err
 	}
 	rec.VLAN = v
 	return nil
-}
-
-// port is the vlanbridge description of the attachment v in netns.
-func port(v *state.VLANAttachment, netns string) *vlanbridge.Port {
-	mac, _ := net.ParseMAC(v.MAC)
-	return &vlanbridge.Port{MAC: mac,
-		Bridge: v.Bridge, HostVeth: v.HostVeth, Netns: netns, PodIfName: v.PodIfName,
-		VLANs: vlanbridge.PortVLANs{PVID: v.PVID, Tagged: v.Tagged}, MTU: v.MTU, IPs: v.IPs,
-	}
 }
 
 // addVLAN makes the bridge and the uplink trunk and adds the pod's VLANs to the
@@ -121,7 +94,7 @@ func (x *invocation) addVLAN() error {
 	if err != nil {
 		return err
 	}
-	c, err := x.vlan.createPort(br, port(v, x.args.Netns))
+	c, err := x.vlan.createPort(br, vlanbridge.PortOf(v, x.args.Netns))
 	if err != nil {
 		return err
 	}
@@ -152,44 +125,19 @@ func (x *invocation) delVLAN() error {
 		errs = append(errs, err)
 	}
 	if v.Uplink != "" {
-		if unused, err := unusedUplinkVLANs(x, v); err != nil {
-			errs = append(errs, err)
-		} else if len(unused) == 0 {
-			// Every VLAN of the pod is still someone's.
-		} else if err := x.vlan.removeUplinkVLANs(v.Uplink, unused); err != nil {
-			errs = append(errs, err)
+		if recs, err := x.store.List(); err != nil {
+			// A record that cannot be read may hold any of v's VLANs:
+			// removing one it holds would cut that pod off the trunk,
+			// while a VLAN left on the uplink only carries a tag nobody
+			// sends. Keep them all.
+			x.log.Warn("keeping the pod's VLANs on the uplink: a record could not be read", "uplink", v.Uplink, "vlans", v.VLANs(), "error", err)
+		} else if unused := vlanbridge.UnusedUplinkVLANs(v, x.rec.Key(), recs); len(unused) > 0 {
+			if err := x.vlan.removeUplinkVLANs(v.Uplink, unused); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// unusedUplinkVLANs are the VLANs of v that no other attachment's record
-// puts on the same uplink.
-func unusedUplinkVLANs(x *invocation, v *state.VLANAttachment) ([]uint16, error) {
-	recs, err := x.store.List()
-	if err != nil {
-		// A record that cannot be read may hold any of v's VLANs: removing
-		// one it holds would cut that pod off the trunk, while a VLAN left
-		// on the uplink only carries a tag nobody sends. Keep them all.
-		x.log.Warn("keeping the pod's VLANs on the uplink: a record could not be read", "uplink", v.Uplink, "vlans", v.VLANs(), "error", err)
-		return nil, nil
-	}
-	inUse := map[uint16]bool{}
-	for _, r := range recs {
-		if r.Key() == x.rec.Key() || r.VLAN == nil || r.VLAN.Uplink != v.Uplink {
-			continue
-		}
-		for _, id := range r.VLAN.VLANs() {
-			inUse[id] = true
-		}
-	}
-	var out []uint16
-	for _, id := range v.VLANs() {
-		if !inUse[id] {
-			out = append(out, id)
-		}
-	}
-	return out, nil
 }
 
 // checkVLAN verifies the bridge (VLAN filtering, nf_call_* off when ours), the
@@ -200,5 +148,5 @@ func (x *invocation) checkVLAN() error {
 	if v == nil {
 		return nil
 	}
-	return x.vlan.checkVLAN(port(v, x.args.Netns), v.Uplink, v.VLANs())
+	return x.vlan.checkVLAN(vlanbridge.PortOf(v, x.args.Netns), v.Uplink, v.VLANs())
 }

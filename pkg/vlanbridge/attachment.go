@@ -1,0 +1,87 @@
+package vlanbridge
+
+import (
+	"fmt"
+	"net"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// Env is what planning a VLAN attachment reads from the node ([ReadEnv]).
+type Env struct {
+	// NamesErr is a clash of the host veth or pod interface name.
+	NamesErr error
+	// BridgeType is the type of the link named like the bridge, "" when
+	// there is none; BridgeOurs and BridgeVLANFiltering describe it.
+	BridgeType                      string
+	BridgeOurs, BridgeVLANFiltering bool
+	// UplinkMTU is the uplink's MTU in bytes; UplinkErr says why the uplink
+	// cannot carry VLANs (missing, or holding a global address).
+	UplinkMTU int
+	UplinkErr error
+}
+
+// Plan completes the attachment v against the node env (the uplink's MTU
+// when v has none) and refuses, before anything changes, a name clash, a
+// link of another type named like the bridge, a foreign bridge without VLAN
+// filtering and an uplink that cannot carry VLANs: each a CNI error 7
+// (invalid network config) naming the bridge or uplink.
+func Plan(v *state.VLANAttachment, env Env) error {
+	if env.NamesErr != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", env.NamesErr.Error())
+	}
+	switch {
+	case env.BridgeType == "":
+	case env.BridgeType != "bridge":
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("invalid bridge %q: link is a %s, not a bridge", v.Bridge, env.BridgeType), "")
+	case !env.BridgeOurs && !env.BridgeVLANFiltering:
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			"invalid bridge %q: an existing bridge that is not podwire's and has no VLAN filtering", v.Bridge), "")
+	}
+	if v.Uplink != "" {
+		if env.UplinkErr != nil {
+			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", v.Uplink), env.UplinkErr.Error())
+		}
+		if v.MTU == 0 {
+			v.MTU = env.UplinkMTU
+		}
+	}
+	return nil
+}
+
+// PortOf is the bridge port of the attachment v, its pod end in the netns
+// at path netns ("" or gone for DEL).
+func PortOf(v *state.VLANAttachment, netns string) *Port {
+	mac, _ := net.ParseMAC(v.MAC)
+	return &Port{MAC: mac,
+		Bridge: v.Bridge, HostVeth: v.HostVeth, Netns: netns, PodIfName: v.PodIfName,
+		VLANs: PortVLANs{PVID: v.PVID, Tagged: v.Tagged}, MTU: v.MTU, IPs: v.IPs,
+	}
+}
+
+// UnusedUplinkVLANs are the VLANs of v (the attachment of the record keyed
+// key, state.Record.Key) that no other record of recs puts on the same
+// uplink: those DEL may remove from the uplink. recs must be every record
+// of the node; a caller that could not read one must remove nothing, since
+// that record may hold any of v's VLANs.
+func UnusedUplinkVLANs(v *state.VLANAttachment, key string, recs []*state.Record) []uint16 {
+	inUse := map[uint16]bool{}
+	for _, r := range recs {
+		if r.Key() == key || r.VLAN == nil || r.VLAN.Uplink != v.Uplink {
+			continue
+		}
+		for _, id := range r.VLAN.VLANs() {
+			inUse[id] = true
+		}
+	}
+	var out []uint16
+	for _, id := range v.VLANs() {
+		if !inUse[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
