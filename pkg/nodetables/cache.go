@@ -2,19 +2,11 @@ package nodetables
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"time"
-
-	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
-// cacheName is the node annotation cache in stateDir. Not "*.json": the state
-// store reads every *.json file there as an attachment record.
+// cacheName is the node annotation cache in stateDir.
 const cacheName = "node-egress-ip.cache"
 
 // nodeCache is the last answer of the API for the node's egress annotation.
@@ -32,37 +24,18 @@ type nodeCache struct {
 
 // readCache returns the cached annotation, or nil when there is none.
 func readCache(stateDir string) (*nodeCache, error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, cacheName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to read the node annotation cache: %w", err)
-	}
 	c := &nodeCache{}
-	if err := json.Unmarshal(b, c); err != nil {
-		return nil, fmt.Errorf("corrupt node annotation cache %q: %w", filepath.Join(stateDir, cacheName), err)
+	if found, err := readStateFile(stateDir, cacheName, "node annotation cache", c); !found {
+		return nil, err
 	}
 	return c, nil
 }
 
-// writeCache writes c with atomicfile.WriteFile, mode 0600. The node agent
-// is the only writer (WriteNodeEgress), so the temporary files a killed
-// writer left are its own and are removed first.
+// writeCache writes c; the node agent is the only writer (WriteNodeEgress).
 func writeCache(stateDir string, c *nodeCache) error {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return fmt.Errorf("failed to create state dir %q: %w", stateDir, err)
-	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(stateDir, cacheName)
-	if err := atomicfile.RemoveTemps(path); err != nil {
-		return fmt.Errorf("failed to write the node annotation cache: %w", err)
-	}
-	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
-		return fmt.Errorf("failed to write the node annotation cache: %w", err)
-	}
-	return nil
+	return writeStateFile(stateDir, cacheName, "node annotation cache", b)
 }

@@ -2,20 +2,14 @@ package nodetables
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-
-	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // clusterName is the cluster's own ranges in stateDir, written by the node
-// agent (WriteCluster). Not "*.json": the state store reads every *.json
-// file there as an attachment record.
+// agent (WriteCluster).
 const clusterName = "cluster-cidrs.cache"
 
 // Cluster is what the egress table excepts besides egress.exceptCIDRs,
@@ -53,14 +47,8 @@ func WriteCluster(stateDir string, c Cluster) (changed bool, err error) {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
 		return false, nil
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return false, fmt.Errorf("failed to create state dir %q: %w", stateDir, err)
-	}
-	if err := atomicfile.RemoveTemps(path); err != nil {
-		return false, fmt.Errorf("failed to write the cluster's CIDRs: %w", err)
-	}
-	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
-		return false, fmt.Errorf("failed to write the cluster's CIDRs: %w", err)
+	if err := writeStateFile(stateDir, clusterName, "cluster CIDRs", b); err != nil {
+		return false, err
 	}
 	return true, nil
 }
@@ -68,16 +56,9 @@ func WriteCluster(stateDir string, c Cluster) (changed bool, err error) {
 // readCluster returns the cluster's ranges the agent wrote, or nil when it
 // has written none (no agent, or not synced yet).
 func readCluster(stateDir string) (*Cluster, error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, clusterName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to read the cluster's CIDRs: %w", err)
-	}
 	c := &Cluster{}
-	if err := json.Unmarshal(b, c); err != nil {
-		return nil, fmt.Errorf("corrupt cluster CIDRs file %q: %w", filepath.Join(stateDir, clusterName), err)
+	if found, err := readStateFile(stateDir, clusterName, "cluster CIDRs", c); !found {
+		return nil, err
 	}
 	return c, nil
 }
