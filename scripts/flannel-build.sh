@@ -31,16 +31,8 @@ OUT=$CACHE/flannel-$VERSION
 STAMP="$VERSION $CNI_VERSION"
 BINS=(flanneld install-conf flannel)
 
-# The flags the build cache is keyed by: keep them identical between runs so
-# that a rebuild (a clean clone, CI) reuses the compiled packages.
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
-
-complete() { # DIR STAMP BIN...
-	local dir=$1 stamp=$2
-	shift 2
-	[[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$stamp" ]] || return 1
-	for b in "$@"; do [[ -x $dir/$b ]] || return 1; done
-}
+# shellcheck source=build-cache.sh
+source "$(dirname "$0")/build-cache.sh"
 
 if complete "$OUT" "$STAMP" "${BINS[@]}"; then
 	echo "flannel-build: $OUT is complete"
