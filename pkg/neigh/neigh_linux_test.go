@@ -2,7 +2,6 @@ package neigh
 
 import (
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -13,12 +12,6 @@ import (
 	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 )
-
-func newNS(t *testing.T) ns.NetNS {
-	t.Helper()
-	n := testns.New(t)
-	return n
-}
 
 func ip(t *testing.T, n ns.NetNS, args ...string) {
 	t.Helper()
@@ -56,10 +49,7 @@ func neighMAC(t *testing.T, n ns.NetNS, ifName, addr string) (string, bool) {
 // the pod keeps its permanent neighbour entries, which the kernel's address
 // change flushes.
 func TestAnnounceMovesNeighbourEntries(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	pod, nb := newNS(t), newNS(t)
+	pod, nb := testns.New(t), testns.New(t)
 	ip(t, pod, "link", "add", "e0", "type", "veth", "peer", "name", "e1", "netns", filepath.Base(nb.Path()))
 	ip(t, pod, "addr", "add", "10.1.0.1/24", "dev", "e0")
 	ip(t, pod, "addr", "add", "2001:db8::1/64", "dev", "e0", "nodad")

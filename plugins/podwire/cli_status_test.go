@@ -18,9 +18,6 @@ import (
 // recorded pod and a config whose uplink and egress IP are missing, with
 // rp_filter on: all three must be reported, and the pod listed.
 func TestCLIStatus(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
 	node := testns.New(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
@@ -95,9 +92,6 @@ func TestCLIStatusNoEntry(t *testing.T) {
 // `podwire status` and, for the pod, in STATUS's warnings (readHealth); the
 // index goes with the pod's DEL.
 func TestCLIStatusUnchecked(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace")
-	}
 	node := testns.New(t)
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
