@@ -17,6 +17,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/cnitest"
@@ -97,6 +98,17 @@ func (n *node) do(f func() error) {
 	if err := n.ns.Do(func(ns.NetNS) error { return f() }); err != nil {
 		n.t.Fatal(err)
 	}
+}
+
+// linkCount is the number of links in the node's netns.
+func (n *node) linkCount() int {
+	var c int
+	n.do(func() error {
+		links, err := netlinksafe.LinkList()
+		c = len(links)
+		return err
+	})
+	return c
 }
 
 func (n *node) stateDir() string { return filepath.Join(n.dir, "state") }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
 )
 
 type invalidCase struct {
@@ -39,12 +37,7 @@ func TestInvalidInputRefused(t *testing.T) {
 		t.Fatalf("corpus has %d cases, want at least 25", len(corpus.Cases))
 	}
 	n := newNode(t)
-	var linksBefore int
-	n.do(func() error {
-		links, err := netlinksafe.LinkList()
-		linksBefore = len(links)
-		return err
-	})
+	linksBefore := n.linkCount()
 	for _, tc := range corpus.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			for k, v := range tc.Annotations {
@@ -77,13 +70,9 @@ func TestInvalidInputRefused(t *testing.T) {
 			assertLockFree(t, n)
 		})
 	}
-	n.do(func() error {
-		links, err := netlinksafe.LinkList()
-		if len(links) != linksBefore {
-			t.Errorf("%d links in the node after the refusals, %d before", len(links), linksBefore)
-		}
-		return err
-	})
+	if c := n.linkCount(); c != linksBefore {
+		t.Errorf("%d links in the node after the refusals, %d before", c, linksBefore)
+	}
 }
 
 // assertLockFree fails when the node lock is held.
