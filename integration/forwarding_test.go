@@ -13,12 +13,14 @@ import (
 	"github.com/google/nftables"
 )
 
-// fwdConfig admits forwarding pods in namespaces "nf-*" and routes to the
-// client networks behind them.
+// fwdConfig admits forwarding pods in namespaces "nf-*", routes to the
+// client networks behind them, and extra source prefixes inside
+// 10.99.0.0/16 and fd99::/48.
 var fwdConfig = map[string]any{
 	"forwarding": map[string]any{
 		"namespaces":       []string{"nf-*"},
 		"routablePrefixes": []string{"198.51.100.0/24", "2001:db8:100::/64"},
+		"sourcePrefixes":   []string{"10.99.0.0/16", "fd99::/48"},
 	},
 }
 

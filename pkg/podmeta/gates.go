@@ -2,54 +2,66 @@ package podmeta
 
 import (
 	"fmt"
-	"net/netip"
-	"path"
+	"strings"
 
-	"github.com/containernetworking/cni/pkg/types"
-
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/vlan"
 )
 
 // Admit applies the admin gates of conf to the annotations of the pod id
-// (DESIGN.md, "Admin gates"): forwarding annotations only in namespaces
-// matching forwarding.namespaces (empty: nowhere), routes only inside
-// forwarding.routablePrefixes, VLANs only inside allowedVLANs. A refusal is
-// CNI error 7 naming the annotation and the config key.
+// (DESIGN.md, "Admin gates"), before anything on the node is touched:
+//   - the forwarding annotations only in namespaces matching
+//     forwarding.namespaces (empty: nowhere);
+//   - podwire.io/routes only inside forwarding.routablePrefixes, and
+//     podwire.io/allowed-source-prefixes only inside
+//     forwarding.sourcePrefixes (empty: refused);
+//   - each VLAN only where a vlanGrants entry grants it to the namespace
+//     (or in the deprecated allowedVLANs, every namespace), and
+//     podwire.io/vlan-ips only inside the subnets of such a grant.
+//
+// What other pods of the node hold (addresses, routes) is CheckClaims'. A
+// refusal is CNI error 7 naming the annotation, the value and the gate
+// (the config key).
 func Admit(conf *config.NetConf, id Identity, a *Annotations) error {
+	if err := admitForwarding(conf, id, a); err != nil {
+		return err
+	}
+	return admitVLAN(conf, id, a)
+}
+
+// refusal is a Refusal (CNI error 7) of the annotation key with value by
+// gate (the config key or rule, named in the message), reported to the
+// agent as reason (an agentapi.Refusal* value).
+func refusal(reason, key string, value any, gate, format string, args ...any) *Refusal {
+	return refuse(reason, fmt.Sprintf("annotation %s %q refused by %s: %s",
+		key, fmt.Sprint(value), gate, fmt.Sprintf(format, args...)))
+}
+
+func admitForwarding(conf *config.NetConf, id Identity, a *Annotations) error {
 	fwd := a.Forwarding || len(a.AllowedSourcePrefixes) > 0 || len(a.Routes) > 0
 	if fwd && !NamespaceAllowed(conf.Forwarding.Namespaces, id.Namespace) {
-		key := AnnotationForwarding
+		key, value := AnnotationForwarding, "true"
 		switch {
 		case a.Forwarding:
 		case len(a.Routes) > 0:
-			key = AnnotationRoutes
+			key, value = AnnotationRoutes, joinPrefixes(a.Routes)
 		default:
-			key = AnnotationAllowedPrefixes
+			key, value = AnnotationAllowedPrefixes, joinPrefixes(a.AllowedSourcePrefixes)
 		}
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-			"annotation %s refused: namespace %q does not match forwarding.namespaces %q",
-			key, id.Namespace, conf.Forwarding.Namespaces), "")
+		return refusal(agentapi.RefusalForwardingNamespace, key, value, "forwarding.namespaces", "namespace %q does not match %q",
+			id.Namespace, conf.Forwarding.Namespaces)
 	}
 	for _, r := range a.Routes {
-		if !insideAny(conf, r) {
-			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-				"annotation %s refused: %s is not inside forwarding.routablePrefixes %q",
-				AnnotationRoutes, r, conf.Forwarding.RoutablePrefixes), "")
+		if !config.PrefixInside(conf.RoutablePrefixes, r) {
+			return refusal(agentapi.RefusalRoutablePrefixes, AnnotationRoutes, r, "forwarding.routablePrefixes", "%s is not inside %q",
+				r, conf.Forwarding.RoutablePrefixes)
 		}
 	}
-	asked := a.VLANTrunk
-	if a.VLAN != 0 {
-		asked = append(vlan.Set{a.VLAN}, asked...)
-	}
-	if miss := conf.AllowedVLANSet.Missing(asked); len(miss) > 0 {
-		key := AnnotationVLANTrunk
-		if a.VLAN != 0 && !conf.AllowedVLANSet.Contains(a.VLAN) {
-			key = AnnotationVLAN
+	for _, p := range a.AllowedSourcePrefixes {
+		if !config.PrefixInside(conf.SourcePrefixBounds, p) {
+			return refusal(agentapi.RefusalSourcePrefixes, AnnotationAllowedPrefixes, p, "forwarding.sourcePrefixes", "%s is not inside %q",
+				p, conf.Forwarding.SourcePrefixes)
 		}
-		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
-			"annotation %s refused: VLAN %s is not inside allowedVLANs %q",
-			key, miss, conf.AllowedVLANs), "")
 	}
 	return nil
 }
@@ -57,23 +69,13 @@ func Admit(conf *config.NetConf, id Identity, a *Annotations) error {
 // NamespaceAllowed reports whether ns matches one of the globs (path.Match
 // syntax). An empty list or an unknown namespace allows nothing.
 func NamespaceAllowed(globs []string, ns string) bool {
-	if ns == "" {
-		return false
-	}
-	for _, g := range globs {
-		if ok, _ := path.Match(g, ns); ok {
-			return true
-		}
-	}
-	return false
+	return config.MatchNamespace(globs, ns)
 }
 
-// insideAny reports whether r lies inside one of conf's routable prefixes.
-func insideAny(conf *config.NetConf, r netip.Prefix) bool {
-	for _, p := range conf.RoutablePrefixes {
-		if p.Addr().Is4() == r.Addr().Is4() && p.Bits() <= r.Bits() && p.Contains(r.Addr()) {
-			return true
-		}
+func joinPrefixes[P fmt.Stringer](ps []P) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
 	}
-	return false
+	return strings.Join(s, ",")
 }

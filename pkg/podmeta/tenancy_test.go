@@ -1,0 +1,156 @@
+package podmeta
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/vlan"
+)
+
+// tenancyConf grants VLAN 100 to team-a (subnet, gateway excluded), 101 to
+// team-a and team-b (no subnets: MAC-pinned, addresses from elsewhere), and
+// keeps VLAN 300 in the deprecated allowedVLANs (every namespace).
+const tenancyConf = `{"cniVersion":"1.0.0","name":"n","type":"podwire","allowedVLANs":"300",
+	"vlanGrants":[{"vlans":"100","namespaces":["team-a"],"subnets":["192.0.2.0/24","2001:db8:100::/64"],"exclude":["192.0.2.1/32"]},
+	              {"vlans":"101","namespaces":["team-a","team-b"]}],
+	"forwarding":{"namespaces":["nf-a"],"routablePrefixes":["198.51.100.0/24"],"sourcePrefixes":["10.99.0.0/16","fd99::/48"]}}`
+
+// TestAdmitTenancy: each VLAN only in the namespaces its grant names, with
+// addresses inside its subnets; allowed-source-prefixes inside
+// forwarding.sourcePrefixes. A refusal is CNI error 7 naming the
+// annotation, the value and the gate.
+func TestAdmitTenancy(t *testing.T) {
+	c, err := config.Parse([]byte(tenancyConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name    string
+		ns      string
+		a       Annotations
+		mention []string // nil = admitted
+	}{
+		{"granted VLAN", "team-a", Annotations{VLAN: 100}, nil},
+		{"granted VLAN and address", "team-a", Annotations{VLAN: 100, VLANIPs: []netip.Prefix{p("192.0.2.10/24"), p("2001:db8:100::10/64")}}, nil},
+		{"VLAN of another team", "team-b", Annotations{VLAN: 100}, []string{AnnotationVLAN, `"100"`, "vlanGrants", "team-b"}},
+		{"namespace named like a team", "team-a-x", Annotations{VLAN: 100}, []string{AnnotationVLAN, "vlanGrants"}},
+		{"trunk with one foreign VLAN", "team-b", Annotations{VLANTrunk: vlan.Set{100, 101}}, []string{AnnotationVLANTrunk, `"100"`}},
+		{"shared VLAN", "team-b", Annotations{VLAN: 101}, nil},
+		{"legacy VLAN, any namespace, any address", "default", Annotations{VLAN: 300, VLANIPs: []netip.Prefix{p("203.0.113.7/24")}}, nil},
+		{"address outside the subnets", "team-a", Annotations{VLAN: 100, VLANIPs: []netip.Prefix{p("198.51.100.10/24")}},
+			[]string{AnnotationVLANIPs, "198.51.100.10/24", "vlanGrants", "192.0.2.0/24"}},
+		{"the gateway's address", "team-a", Annotations{VLAN: 100, VLANIPs: []netip.Prefix{p("192.0.2.1/24")}},
+			[]string{AnnotationVLANIPs, "192.0.2.1/24", "excluding 192.0.2.1/32"}},
+		{"address on a grant without subnets", "team-b", Annotations{VLAN: 101, VLANIPs: []netip.Prefix{p("192.0.2.10/24")}},
+			[]string{AnnotationVLANIPs, "no static address"}},
+		{"addresses on a granted trunk", "team-a", Annotations{VLANTrunk: vlan.Set{100}, VLANIPs: []netip.Prefix{p("192.0.2.10/24")}},
+			[]string{AnnotationVLANIPs, AnnotationVLAN}},
+		{"source prefixes inside", "nf-a", Annotations{AllowedSourcePrefixes: []netip.Prefix{p("10.99.1.0/24"), p("fd99:0:0:1::/64")}}, nil},
+		{"source prefixes wider", "nf-a", Annotations{AllowedSourcePrefixes: []netip.Prefix{p("10.0.0.0/8")}},
+			[]string{AnnotationAllowedPrefixes, "10.0.0.0/8", "forwarding.sourcePrefixes"}},
+		{"source prefixes outside namespace", "team-a", Annotations{AllowedSourcePrefixes: []netip.Prefix{p("10.99.1.0/24")}},
+			[]string{AnnotationAllowedPrefixes, "10.99.1.0/24", "forwarding.namespaces"}},
+	} {
+		err := Admit(c, Identity{Namespace: tc.ns, Name: "p"}, &tc.a)
+		if tc.mention == nil {
+			if err != nil {
+				t.Errorf("%s: refused: %v", tc.name, err)
+			}
+			continue
+		}
+		var te *types.Error
+		if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig {
+			t.Errorf("%s: got %v, want CNI error 7", tc.name, err)
+			continue
+		}
+		for _, m := range tc.mention {
+			if !strings.Contains(te.Msg, m) {
+				t.Errorf("%s: %q does not mention %s", tc.name, te.Msg, m)
+			}
+		}
+	}
+}
+
+// TestAdmitSourcePrefixesUnbounded: without forwarding.sourcePrefixes the
+// annotation is refused, naming the key to set.
+func TestAdmitSourcePrefixesUnbounded(t *testing.T) {
+	c, err := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire","forwarding":{"namespaces":["nf-a"]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Admit(c, Identity{Namespace: "nf-a", Name: "p"}, &Annotations{AllowedSourcePrefixes: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")}})
+	if err == nil || !strings.Contains(err.Error(), "forwarding.sourcePrefixes") {
+		t.Errorf("got %v, want a refusal naming forwarding.sourcePrefixes", err)
+	}
+}
+
+// TestPinsVLANAddresses: a port is pinned to its addresses (none when it
+// asked for none) where the namespace's grant of the VLAN lists subnets.
+func TestPinsVLANAddresses(t *testing.T) {
+	c, err := config.Parse([]byte(tenancyConf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ns   string
+		pvid uint16
+		want bool
+	}{{"team-a", 100, true}, {"team-a", 101, false}, {"team-b", 100, false}, {"default", 300, false}, {"team-a", 0, false}} {
+		if got := PinsVLANAddresses(c, tc.ns, tc.pvid); got != tc.want {
+			t.Errorf("PinsVLANAddresses(%s, %d) = %v, want %v", tc.ns, tc.pvid, got, tc.want)
+		}
+	}
+}
+
+// TestCheckClaims: an address held on the same bridge and VLAN, and a route
+// overlapping another attachment's, are refused naming both pods; the same
+// address on another VLAN, disjoint routes and the attachment's own old
+// claim are not.
+func TestCheckClaims(t *testing.T) {
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	held := []Claim{
+		{Key: "c0/eth0", Pod: "team-a/p0", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
+		{Key: "c1/eth0", Pod: "nf-a/r0", Routes: []netip.Prefix{p("198.51.100.0/24")}},
+		{Key: "c9/eth0", Pod: "team-a/me", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.99")}},
+	}
+	for _, tc := range []struct {
+		name    string
+		mine    Claim
+		mention []string
+	}{
+		{"free address", Claim{Key: "c9/eth0", Pod: "team-a/me", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.99")}}, nil},
+		{"held address", Claim{Key: "c2/eth0", Pod: "team-a/p2", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
+			[]string{AnnotationVLANIPs, "192.0.2.10", "team-a/p0", "team-a/p2"}},
+		{"same address, other VLAN", Claim{Key: "c2/eth0", Pod: "team-a/p2", Bridge: "podwire0", PVID: 101, VLANIPs: []netip.Addr{a("192.0.2.10")}}, nil},
+		{"same address, other bridge", Claim{Key: "c2/eth0", Pod: "team-a/p2", Bridge: "br1", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}}, nil},
+		{"equal route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.100.0/24")}},
+			[]string{AnnotationRoutes, "198.51.100.0/24", "nf-a/r0", "nf-a/r1"}},
+		{"more specific route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.100.128/25")}},
+			[]string{AnnotationRoutes, "198.51.100.128/25", "198.51.100.0/24", "nf-a/r0"}},
+		{"wider route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.0.0/16")}}, []string{"198.51.0.0/16", "nf-a/r0"}},
+		{"disjoint route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.101.0/24")}}, nil},
+	} {
+		err := CheckClaims(tc.mine, held)
+		if tc.mention == nil {
+			if err != nil {
+				t.Errorf("%s: refused: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil {
+			t.Errorf("%s: admitted", tc.name)
+			continue
+		}
+		for _, m := range tc.mention {
+			if !strings.Contains(err.Error(), m) {
+				t.Errorf("%s: %q does not mention %s", tc.name, err, m)
+			}
+		}
+	}
+}
