@@ -105,6 +105,11 @@ type VLANAttachment struct {
 	IPs    []netip.Prefix `json:"ips,omitempty"`
 	// PortCheck is true when bridge-family elements pin MAC and IPs.
 	PortCheck bool `json:"portCheck,omitempty"`
+	// PortMACOnly is true when the port check pins the MAC alone on an
+	// access port: podwire assigned the pod no address there (allowedVLANs,
+	// or a grant without subnets), so any IP source passes. A trunk port
+	// (Tagged) is pinned to its MAC alone whatever this says.
+	PortMACOnly bool `json:"portMACOnly,omitempty"`
 }
 
 // VLANs returns every VLAN the attachment uses on the bridge.

@@ -54,14 +54,26 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 			return err
 		}
 	}
+	// A pod that claims static VLAN addresses or routes holds the node
+	// lock from the read of the other pods' claims to the first write of
+	// its record (tenancy.go).
+	unlockClaims := func() {}
+	if claims(in) {
+		if unlockClaims, err = s.lock.Lock(); err != nil {
+			return err
+		}
+	}
 	in.env = p.readEnv(in)
 	plan, err := planAttachment(in)
 	if err != nil {
+		unlockClaims()
 		return err
 	}
 	x := s.attach(plan.rec)
 	x.res, x.env = s.conf.Result, in.env
-	if err := s.store.Put(x.rec); err != nil {
+	err = s.store.Put(x.rec)
+	unlockClaims()
+	if err != nil {
 		return err
 	}
 	success := false

@@ -34,6 +34,10 @@ type nodeEnv struct {
 	hostRPFilterErr error
 	// vlan is read for a pod that wants a VLAN only.
 	vlan vlanbridge.Env
+	// held are the claims (static VLAN addresses, routes) of the node's
+	// attachments, from their records, read for a pod that claims any.
+	held    []podmeta.Claim
+	heldErr error
 }
 
 // planInput is everything planning reads. Planning does no I/O: the node is
@@ -86,6 +90,9 @@ func planAttachment(in *planInput) (*attachmentPlan, error) {
 	if err := planForwarding(in, rec); err != nil {
 		return nil, fmt.Errorf("forwarding: %w", err)
 	}
+	if err := planClaims(in, rec); err != nil {
+		return nil, fmt.Errorf("tenancy: %w", err)
+	}
 	planSourceCheck(in, rec)
 	if err := planNodeTables(in, rec); err != nil {
 		return nil, fmt.Errorf("nodetables: %w", err)
@@ -108,6 +115,9 @@ func (p *plugin) readEnv(in *planInput) nodeEnv {
 	// A VLAN the pod may not have is the plan's refusal: nothing to read.
 	if v, err := wantedVLAN(in); err == nil && v != nil {
 		env.vlan = p.node.vlanEnv(vlanbridge.PortOf(v, in.netns), v.Uplink)
+	}
+	if claims(in) {
+		env.held, env.heldErr = readHeld(in.conf.StateDir)
 	}
 	return env
 }

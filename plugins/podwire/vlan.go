@@ -54,12 +54,26 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 		MTU:       in.conf.MTU,
 		IPs:       ann.VLANIPs,
 	}
-	// Ordinary pods with static addresses get the bridge port check
-	// (source MAC and IPs pinned; MAC only on a trunk port, whose tagged
-	// VLANs carry addresses the pod sets itself); forwarding pods send any
-	// source.
-	v.PortCheck = len(v.IPs) > 0 && !ann.Forwarding && in.conf.SourceCheckEnabled()
+	planPortCheck(in, v)
 	return v, nil
+}
+
+// planPortCheck pins the bridge port of every ordinary VLAN pod (sourceCheck
+// on) to what it was given: its MAC, and its static addresses (vlan-ips) on
+// an access port. A pod without static addresses is pinned to its MAC and no
+// IP source where its namespace's grant of the VLAN lists subnets (every
+// address it may use is one it would have asked for), else to its MAC alone
+// (allowedVLANs, a grant without subnets: addresses from DHCP or the pod).
+// A trunk port is pinned to its MAC alone: its tagged VLANs carry
+// addresses the pod sets on its 802.1Q subinterfaces, unknown to podwire.
+// Forwarding pods send any source and frames of other stations (an L2
+// function), so their ports are not checked.
+//
+// A virtual MAC or address an admin grants (VRRP, issue 23) is the one
+// exception to the pinning: it joins v's pinned MAC and addresses here.
+func planPortCheck(in *planInput, v *state.VLANAttachment) {
+	v.PortCheck = !in.ann.Forwarding && in.conf.SourceCheckEnabled()
+	v.PortMACOnly = v.PortCheck && len(v.IPs) == 0 && !podmeta.PinsVLANAddresses(in.conf, in.pod.Namespace, v.PVID)
 }
 
 // planVLAN decides the attachment and refuses, before anything changes, a name
