@@ -67,13 +67,15 @@ func ReadEnv(conf *config.NetConf) Env {
 				"egress.nodeAnnotation: the podwire agent has not written annotation %s of this node into %s yet",
 				EgressAnnotation, conf.StateDir), "")
 		default:
-			if c.V4.IsValid() {
-				env.Egress4 = c.V4
+			v4, v6, refused := boundNodeEgress(conf, c.V4, c.V6)
+			if v4.IsValid() {
+				env.Egress4 = v4
 			}
-			if c.V6.IsValid() {
-				env.Egress6 = c.V6
+			if v6.IsValid() {
+				env.Egress6 = v6
 			}
 			env.Warnings = append(env.Warnings, c.Warnings...)
+			env.Warnings = append(env.Warnings, refused...)
 		}
 	}
 	if conf.EgressEnabled() {

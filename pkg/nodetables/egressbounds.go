@@ -1,0 +1,33 @@
+package nodetables
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/podwire/podwire/pkg/config"
+)
+
+// boundNodeEgress keeps the egress IPs of the node annotation (v4, v6)
+// that lie inside egress.allowedCIDRs and refuses the others: whoever may
+// annotate the Node must not choose an address the admin did not allow
+// (another node's, a customer's). A refused family keeps egress.ips'
+// address, or none. errs name the annotation, the address and the key, for
+// the log and `podwire status`.
+func boundNodeEgress(conf *config.NetConf, v4, v6 netip.Addr) (ok4, ok6 netip.Addr, errs []string) {
+	keep := func(a, fallback netip.Addr) netip.Addr {
+		if !a.IsValid() {
+			return a
+		}
+		if config.EgressInside(conf.EgressBounds, a) {
+			return a
+		}
+		use := "no egress IP of this family"
+		if fallback.IsValid() {
+			use = "egress.ips' " + fallback.String()
+		}
+		errs = append(errs, fmt.Sprintf("error: annotation %s names %s, outside egress.allowedCIDRs %q: refused, %s is used",
+			EgressAnnotation, a, conf.Egress.AllowedCIDRs, use))
+		return netip.Addr{}
+	}
+	return keep(v4, conf.EgressV4), keep(v6, conf.EgressV6), errs
+}
