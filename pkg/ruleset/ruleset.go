@@ -23,13 +23,14 @@ import (
 // Tables are the tables conf wants on a node described by env, in a stable
 // order: the source check of routed and of bridged pods (when sourceCheck
 // is on), the bridge port check
-// (when VLANs are allowed at all), then the node tables.
+// (when VLANs are allowed at all: allowedVLANs or vlanGrants), then the
+// node tables.
 func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 	var out []*nft.Table
 	if conf.SourceCheckEnabled() {
 		out = append(out, sourcecheck.Table(), sourcecheck.BridgeTable())
 	}
-	if len(conf.AllowedVLANSet) > 0 {
+	if len(conf.AllowedVLANSet) > 0 || len(conf.GrantedVLANSet) > 0 {
 		out = append(out, vlanbridge.PortCheckTable())
 	}
 	return append(out, nodetables.Tables(conf, env)...)
