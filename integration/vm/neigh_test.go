@@ -31,9 +31,7 @@ func neighbourMAC(t *testing.T, netns ns.NetNS, ifName string, ip netip.Addr) ne
 func TestVLANNeighbourLearnsReusedIP(t *testing.T) {
 	require(t, capVLANFiltering, capVLAN8021Q)
 	n := newNode(t, vlanConf(nil))
-	far := addUplink(t, n, "uplink0")
-	farIf := addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
-	addAddr(t, far, farIf, "2001:db8:100::100/64")
+	far, farIf := addFarVLAN100(t, n)
 	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:100::1")
 	ann := map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24,2001:db8:100::1/64"}
 

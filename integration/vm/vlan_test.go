@@ -35,6 +35,16 @@ func addUplink(t testing.TB, n *node, name string) ns.NetNS {
 	return far
 }
 
+// addFarVLAN100 gives n the uplink uplink0 to a far end whose interface
+// eth0.100 (returned) holds 192.0.2.100/24 and 2001:db8:100::100/64.
+func addFarVLAN100(t *testing.T, n *node) (far ns.NetNS, farIf string) {
+	t.Helper()
+	far = addUplink(t, n, "uplink0")
+	farIf = addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
+	addAddr(t, far, farIf, "2001:db8:100::100/64")
+	return far, farIf
+}
+
 // addVLANIf adds an 802.1Q interface parent.vid with cidr in netns.
 func addVLANIf(t *testing.T, netns ns.NetNS, parent string, vid int, cidr string) string {
 	t.Helper()
@@ -83,9 +93,7 @@ func uplinkVLANs(t *testing.T, n *node) []uint16 {
 func TestVLANPodsThroughPlugin(t *testing.T) {
 	require(t, capVLANFiltering, capVLAN8021Q)
 	n := newNode(t, vlanConf(nil))
-	far := addUplink(t, n, "uplink0")
-	farIf := addVLANIf(t, far, "eth0", 100, "192.0.2.100/24")
-	addAddr(t, far, farIf, "2001:db8:100::100/64")
+	far, farIf := addFarVLAN100(t, n)
 	announcements := capturePackets(t, far, farIf)
 	nodeFrames := capturePackets(t, n.ns, "")
 
