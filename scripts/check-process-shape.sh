@@ -18,10 +18,12 @@
 # tracked non-test .go file under plugins/, pkg/ and cmd/)
 set -euo pipefail
 shopt -s lastpipe # fail sets status in this shell
-cd "$(dirname "$0")/.."
 if [ $# -gt 0 ]; then
-	files=("$@")
+	files=()
+	for f in "$@"; do files+=("$(realpath "$f")"); done
+	cd "$(dirname "$0")/.."
 else
+	cd "$(dirname "$0")/.."
 	mapfile -t files < <(git ls-files 'plugins/*.go' 'pkg/*.go' 'cmd/*.go' | grep -v '_test\.go$')
 fi
 [ ${#files[@]} -gt 0 ] || exit 0
@@ -41,7 +43,7 @@ grep -nHE '\b(unix|syscall)\.(Setns|Unshare)\(|\bnetns\.(Set|SetNs)\(|\.Set\(\)|
 	fail "switch a thread's netns only inside ns.Do or ns.WithNetNSPath (the main goroutine is not locked to its thread)" || true
 
 grep -nHE 'runtime\.(GOMAXPROCS\([^0)]|SetDefaultGOMAXPROCS\()' "${files[@]}" |
-	grep -v '^plugins/podwire/internal/oneproc/' |
+	grep -vE '^([^:]*/)?plugins/podwire/internal/oneproc/' |
 	fail "GOMAXPROCS is set only by plugins/podwire/internal/oneproc (call oneproc.Widen)" || true
 
 # A figure (a time, a percentage, a ratio) next to a word of a measurement.
