@@ -99,9 +99,10 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 // real packets and real CNI ADDs did on the node: a pod that forges its
 // source has its drops counted (and `podwire status` shows the same
 // counters), an honest pod none; the gauges count the records; the
-// socket's counters rise with the plugin's requests and its refusals; a
-// deleted table's repair bumps the repair counter; a deleted pod's series
-// goes away.
+// socket's counters rise with the plugin's requests, the agent's refusals
+// and the refusals the plugin reports by gate; each repaired table is
+// counted under its name (rebuilt, or elements re-added); a deleted pod's
+// series goes away.
 func TestAgentMetrics(t *testing.T) {
 	n := newNode(t)
 	const uid = "6f1c2a52-0000-4000-8000-00000000000a"
@@ -226,20 +227,82 @@ func TestAgentMetrics(t *testing.T) {
 		t.Errorf("podwire_refusals_total{reason=uid-mismatch} = %v, want 1", v)
 	}
 
-	// A table deleted behind the agent's back is repaired, and counted.
-	repairs := func(f map[string]*dto.MetricFamily) float64 {
-		v, _ := metricValue(f, "podwire_table_repairs_total", map[string]string{"kind": "tables"})
+	// The plugin's own refusals, by the gate that refused: a forwarding
+	// pod in a namespace forwarding.namespaces does not match, and an
+	// annotation that does not parse. The plugin reports each to the agent
+	// before the ADD returns its CNI error.
+	refusals := func(f map[string]*dto.MetricFamily, reason string) float64 {
+		v, _ := metricValue(f, "podwire_refusals_total", map[string]string{"reason": reason})
+		return v
+	}
+	before = ta.scrape(t)
+	for _, tc := range []struct {
+		name, reason string
+		ann          map[string]string
+	}{
+		{"pushy", "forwarding-namespace", map[string]string{"podwire.io/forwarding": "true"}},
+		{"garbled", "bad-annotation", map[string]string{"podwire.io/forwarding": "maybe"}},
+	} {
+		if _, err := n.addPod(podSpec{version: "0.3.1", list: list, namespace: "shop", name: tc.name, annotations: tc.ann}); err == nil {
+			t.Fatalf("ADD of %s (%v) was not refused", tc.name, tc.ann)
+		}
+		after = ta.scrape(t)
+		if d := refusals(after, tc.reason) - refusals(before, tc.reason); d != 1 {
+			t.Errorf("podwire_refusals_total{reason=%s} rose by %v after %s's refused ADD, want 1", tc.reason, d, tc.name)
+		}
+		before = after
+	}
+
+	// Tables changed behind the agent's back are repaired and counted by
+	// table: a flushed "bridge podwire" (rules gone) is rebuilt, an element
+	// deleted from "inet podwire" re-added; "inet podwire" is not rebuilt.
+	repairs := func(f map[string]*dto.MetricFamily, kind, table string) float64 {
+		v, _ := metricValue(f, "podwire_table_repairs_total", map[string]string{"kind": kind, "table": table})
 		return v
 	}
 	before = ta.scrape(t)
 	c := n.nftConn()
-	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"})
+	c.FlushTable(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire"})
+	inet := &nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"}
+	set, err := c.GetSetByName(inet, "pod-v4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	els, err := c.GetSetElements(set)
+	if err != nil || len(els) == 0 {
+		t.Fatalf("elements of inet podwire's pod-v4: %v %v", els, err)
+	}
+	if err := c.SetDeleteElements(set, els[:1]); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if err := eventually(10*time.Second, func() error {
-		if r := repairs(ta.scrape(t)); r <= repairs(before) {
-			return fmt.Errorf("podwire_table_repairs_total{kind=\"tables\"} still %v", r)
+		after = ta.scrape(t)
+		if d := repairs(after, "tables", "bridge podwire") - repairs(before, "tables", "bridge podwire"); d < 1 {
+			return fmt.Errorf("podwire_table_repairs_total{kind=tables,table=bridge podwire} rose by %v", d)
+		}
+		if d := repairs(after, "elements", "inet podwire") - repairs(before, "elements", "inet podwire"); d < 1 {
+			return fmt.Errorf("podwire_table_repairs_total{kind=elements,table=inet podwire} rose by %v", d)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d := repairs(after, "tables", "inet podwire") - repairs(before, "tables", "inet podwire"); d != 0 {
+		t.Errorf("inet podwire counted as rebuilt %v times; only an element of it was missing", d)
+	}
+
+	// A table deleted is rebuilt, and counted under its own name.
+	before = after
+	c.DelTable(inet)
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eventually(10*time.Second, func() error {
+		if d := repairs(ta.scrape(t), "tables", "inet podwire") - repairs(before, "tables", "inet podwire"); d < 1 {
+			return fmt.Errorf("podwire_table_repairs_total{kind=tables,table=inet podwire} rose by %v", d)
 		}
 		return nil
 	}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -29,7 +31,9 @@ import (
 // reads values at most one Interval old.
 //
 // Label cardinality is bounded: op, kind, mode and reason by the code's
-// constants, and pod labels only on the per-pod drop
+// constants (a value another build sends that this one does not know is
+// counted as "unknown" or agentapi.RefusalOther, never echoed), table by
+// the tables podwire may own (ruleset.Known), and pod labels only on the per-pod drop
 // counters, which are emitted from the last snapshot and so vanish with
 // the pod's record.
 type metrics struct {
@@ -66,7 +70,9 @@ const (
 )
 
 // Refusal reasons of podwire_refusals_total: the agent's answers to the
-// plugin's pod lookups (Pods.Annotations) that refuse the ADD.
+// plugin's pod lookups (Pods.Annotations) that refuse the ADD. The
+// plugin's own refusals (its gates) come with agentapi.OpRefusal, by the
+// reasons of agentapi.RefusalReasons.
 const (
 	RefusalBadRequest  = "bad-request"  // no namespace or name
 	RefusalUIDMismatch = "uid-mismatch" // K8S_POD_UID is not the pod's
@@ -97,8 +103,8 @@ func newMetrics(version string) *metrics {
 		reg: prometheus.NewRegistry(),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podwire_table_repairs_total",
-			Help: "Repairs of podwire's nftables by the agent, by kind: tables (missing or drifted, rebuilt) or elements (pods' set elements missing, re-added).",
-		}, []string{"kind"}),
+			Help: "Repairs of podwire's nftables by the agent, by table (\"inet podwire\") and kind: tables (missing or drifted, rebuilt; or obsolete, deleted) or elements (pods' set elements missing, re-added).",
+		}, []string{"kind", "table"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podwire_conflist_restores_total",
 			Help: "Restores of podwire's entry in the node's CNI chain after a primary's installer rewrote it, by mode (edit, derive).",
@@ -120,7 +126,7 @@ func newMetrics(version string) *metrics {
 		}, []string{"op"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podwire_refusals_total",
-			Help: "Pod lookups of the plugin the agent refused, failing the ADD, by reason (bad-request, uid-mismatch, not-found, api-error).",
+			Help: "ADDs refused, by reason: the plugin's gates, which it reports to the agent (forwarding-namespace, routable-prefixes, allowed-vlans, bad-annotation, ...), and the agent's refusals of the plugin's pod lookups (bad-request, uid-mismatch, not-found, api-error).",
 		}, []string{"reason"}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -132,19 +138,68 @@ func newMetrics(version string) *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Zero series from the start, so a rate() has a base before the
 	// first event.
-	for _, op := range []string{agentapi.OpPod, agentapi.OpStatus} {
+	for _, op := range ops {
 		m.requests.WithLabelValues(op)
 		m.errors.WithLabelValues(op)
 	}
 	for _, k := range []string{RepairTables, RepairElements} {
-		m.repairs.WithLabelValues(k)
+		for _, t := range knownTables {
+			m.repairs.WithLabelValues(k, t)
+		}
 	}
 	m.restores.WithLabelValues(ModeEdit)
 	m.restores.WithLabelValues(ModeDerive)
-	for _, r := range []string{RefusalBadRequest, RefusalUIDMismatch, RefusalNotFound, RefusalAPI} {
+	for _, r := range refusalReasons {
 		m.refusals.WithLabelValues(r)
 	}
 	return m
+}
+
+// ops are the socket ops counted by name; any other is "unknown".
+var ops = []string{agentapi.OpPod, agentapi.OpStatus, agentapi.OpRefusal}
+
+// refusalReasons are the values of podwire_refusals_total's reason: the
+// agent's own and the plugin's.
+var refusalReasons = append([]string{RefusalBadRequest, RefusalUIDMismatch, RefusalNotFound, RefusalAPI},
+	agentapi.RefusalReasons...)
+
+// knownTables are the values of podwire_table_repairs_total's table
+// (ruleset.Known, as nft(8) names them), and "other" for a table of another
+// build's plugin.
+var knownTables = func() []string {
+	var out []string
+	for _, id := range ruleset.Known() {
+		out = append(out, id.String())
+	}
+	return append(out, "other")
+}()
+
+// refused counts one refusal; a reason this build does not know (a newer
+// plugin's gate) is counted as agentapi.RefusalOther.
+func (m *metrics) refused(reason string) {
+	if !slices.Contains(refusalReasons, reason) {
+		reason = agentapi.RefusalOther
+	}
+	m.refusals.WithLabelValues(reason).Inc()
+}
+
+// repaired counts what one `podwire repair` rebuilt, deleted and re-added,
+// by table.
+func (m *metrics) repaired(res *cliapi.RepairResult) {
+	table := func(t string) string {
+		if !slices.Contains(knownTables, t) {
+			return "other"
+		}
+		return t
+	}
+	for _, t := range append(slices.Clone(res.Rebuilt), res.Deleted...) {
+		m.repairs.WithLabelValues(RepairTables, table(t)).Inc()
+	}
+	for t, n := range res.ElementsReadded {
+		if n > 0 {
+			m.repairs.WithLabelValues(RepairElements, table(t)).Inc()
+		}
+	}
 }
 
 // Describe is the node collector's half of prometheus.Collector.
@@ -214,9 +269,7 @@ func (m *metrics) readNode(stateDir string, r func() (map[string]sourcecheck.Dro
 
 // observe counts one socket request and its answer.
 func (m *metrics) observe(op string, resp *agentapi.Response, took time.Duration) {
-	switch op {
-	case agentapi.OpPod, agentapi.OpStatus:
-	default:
+	if !slices.Contains(ops, op) {
 		op = "unknown" // a newer plugin's op: bounded, not echoed
 	}
 	m.requests.WithLabelValues(op).Inc()

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/cliapi"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -96,10 +97,43 @@ func TestMetricsObserve(t *testing.T) {
 			t.Errorf("errors{op=%s} = %v, want %v", tc.op, v, tc.errs)
 		}
 	}
-	if n := testutil.CollectAndCount(m.requests); n != 3 {
-		t.Errorf("%d request series, want 3 (pod, status, unknown)", n)
+	if n := testutil.CollectAndCount(m.requests); n != 4 {
+		t.Errorf("%d request series, want 4 (pod, status, refusal, unknown)", n)
 	}
 	if probs, err := testutil.GatherAndLint(m.reg); err != nil || len(probs) > 0 {
 		t.Errorf("promlint: %v %+v", err, probs)
+	}
+}
+
+// TestMetricsRefusalsAndRepairs: a refusal reason or a table this build
+// does not know is counted as "other", never echoed into a label; a repair
+// is counted per table it rebuilt, deleted or re-added elements to.
+func TestMetricsRefusalsAndRepairs(t *testing.T) {
+	m := newMetrics("v-test")
+	m.refused(agentapi.RefusalAllowedVLANs)
+	m.refused("gate-from-the-future")
+	m.refused(RefusalUIDMismatch)
+	for reason, want := range map[string]float64{agentapi.RefusalAllowedVLANs: 1, agentapi.RefusalOther: 1,
+		RefusalUIDMismatch: 1, agentapi.RefusalBadAnnotation: 0} {
+		if v := testutil.ToFloat64(m.refusals.WithLabelValues(reason)); v != want {
+			t.Errorf("refusals{reason=%s} = %v, want %v", reason, v, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.refusals); n != len(refusalReasons) {
+		t.Errorf("%d refusal series, want %d (the known reasons)", n, len(refusalReasons))
+	}
+	m.repaired(&cliapi.RepairResult{Repaired: true, Rebuilt: []string{"inet podwire", "inet podwire-of-the-future"},
+		Deleted: []string{"ip podwire-probe-snat"}, ElementsReadded: map[string]int{"bridge podwire": 2}})
+	for _, tc := range []struct {
+		kind, table string
+		want        float64
+	}{{RepairTables, "inet podwire", 1}, {RepairTables, "other", 1}, {RepairTables, "ip podwire-probe-snat", 1},
+		{RepairElements, "bridge podwire", 1}, {RepairTables, "bridge podwire", 0}, {RepairElements, "inet podwire", 0}} {
+		if v := testutil.ToFloat64(m.repairs.WithLabelValues(tc.kind, tc.table)); v != tc.want {
+			t.Errorf("repairs{kind=%s,table=%s} = %v, want %v", tc.kind, tc.table, v, tc.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.repairs); n != 2*len(knownTables) {
+		t.Errorf("%d repair series, want %d (kinds x known tables)", n, 2*len(knownTables))
 	}
 }

@@ -86,15 +86,23 @@ type Attachment struct {
 	Drops *Drops `json:"drops,omitempty"`
 }
 
-// RepairResult is what `podwire repair --json` prints.
+// RepairResult is what `podwire repair --json` prints. Tables are named
+// as nft(8) names them ("inet podwire").
 type RepairResult struct {
-	Conflist string   `json:"conflist,omitempty"`
-	Repaired bool     `json:"repaired"`
-	Tables   []string `json:"tables"`
+	Conflist string `json:"conflist,omitempty"`
+	Repaired bool   `json:"repaired"`
+	// Tables are the tables the config wants.
+	Tables []string `json:"tables"`
 	// Drift names what differed before the repair; MissingElements counts
 	// the records' set elements that were re-added.
 	Drift           []string `json:"drift,omitempty"`
 	MissingElements int      `json:"missingElements,omitempty"`
+	// Rebuilt are the tables rebuilt (missing or drifted), Deleted the
+	// obsolete ones deleted, and ElementsReadded the number of elements
+	// re-added per table.
+	Rebuilt         []string       `json:"rebuilt,omitempty"`
+	Deleted         []string       `json:"deleted,omitempty"`
+	ElementsReadded map[string]int `json:"elementsReadded,omitempty"`
 }
 
 // Drops counts what the source check dropped from one pod's interface

@@ -32,11 +32,11 @@ func TestRepair(t *testing.T) {
 	}
 	env := nodetables.Env{Egress4: conf.EgressV4}
 	rep, missing, err := Repair(c, conf, env, store)
-	if err != nil || len(rep.Rebuilt) != 3 || missing != 0 {
-		t.Fatalf("first Repair: %+v missing %d err %v, want the source checks (inet, bridge) and egress built", rep, missing, err)
+	if err != nil || len(rep.Rebuilt) != 3 || len(missing) != 0 {
+		t.Fatalf("first Repair: %+v missing %v err %v, want the source checks (inet, bridge) and egress built", rep, missing, err)
 	}
-	if rep, missing, err = Repair(c, conf, env, store); err != nil || rep.Changed() || missing != 0 {
-		t.Fatalf("second Repair: %+v missing %d err %v, want nothing to do", rep, missing, err)
+	if rep, missing, err = Repair(c, conf, env, store); err != nil || rep.Changed() || len(missing) != 0 {
+		t.Fatalf("second Repair: %+v missing %v err %v, want nothing to do", rep, missing, err)
 	}
 
 	want := Tables(conf, env)
@@ -53,8 +53,8 @@ func TestRepair(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, missing, err = Repair(c, conf, env, store); err != nil || rep.Changed() || missing != 1 {
-		t.Fatalf("Repair after an element was deleted: %+v missing %d err %v, want 1 re-added", rep, missing, err)
+	if rep, missing, err = Repair(c, conf, env, store); err != nil || rep.Changed() || len(missing) != 1 || missing[sc.ID()] != 1 {
+		t.Fatalf("Repair after an element was deleted: %+v missing %v err %v, want 1 re-added in %s", rep, missing, err, sc.ID())
 	}
 	if err := nft.CheckElements(c, want, AllElements(conf, recs)); err != nil {
 		t.Errorf("after the repair: %v", err)
@@ -64,7 +64,7 @@ func TestRepair(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if rep, _, err = Repair(c, conf, env, store); err != nil || len(rep.Rebuilt) != 1 || len(rep.Drift) == 0 {
+	if rep, _, err = Repair(c, conf, env, store); err != nil || len(rep.Rebuilt) != 1 || rep.Rebuilt[0] != sc.ID() || len(rep.Drift) == 0 {
 		t.Fatalf("Repair after a flushed chain: %+v %v, want inet podwire rebuilt", rep, err)
 	}
 	if err := nft.CheckElements(c, want, AllElements(conf, recs)); err != nil {

@@ -95,32 +95,35 @@ func Ensure(c nft.Conn, want []*nft.Table, store *state.Store, conf *config.NetC
 
 // Repair is the node agent's periodic full verify: Ensure, then every
 // record's elements checked (one dump per set) and the missing ones added
-// back in one batch. It returns what it found and did; Missing is the
-// number of elements it re-added.
-func Repair(c nft.Conn, conf *config.NetConf, env nodetables.Env, store *state.Store) (rep nft.Report, missing int, err error) {
+// back in one batch. It returns what it found and did; missing is the
+// number of elements it re-added, by table.
+func Repair(c nft.Conn, conf *config.NetConf, env nodetables.Env, store *state.Store) (rep nft.Report, missing map[nft.ID]int, err error) {
 	want := Tables(conf, env)
 	rep, err = Ensure(c, want, store, conf, store.Lock, nil)
 	if err != nil {
-		return rep, 0, err
+		return rep, nil, err
 	}
 	unlock, err := store.Lock()
 	if err != nil {
-		return rep, 0, err
+		return rep, nil, err
 	}
 	defer unlock()
 	recs, _ := store.List()
 	lost, err := nft.MissingElements(c, want, AllElements(conf, recs))
 	if err != nil {
-		return rep, 0, err
+		return rep, nil, err
 	}
-	for _, sets := range lost {
+	missing = map[nft.ID]int{}
+	total := 0
+	for id, sets := range lost {
 		for _, els := range sets {
-			missing += len(els)
+			missing[id] += len(els)
+			total += len(els)
 		}
 	}
-	if missing > 0 {
+	if total > 0 {
 		if err := nft.AddElements(c, want, lost); err != nil {
-			return rep, 0, fmt.Errorf("failed to re-add %d missing elements: %w", missing, err)
+			return rep, nil, fmt.Errorf("failed to re-add %d missing elements: %w", total, err)
 		}
 	}
 	return rep, missing, nil

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/ruleset"
@@ -42,8 +43,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	if err := podmeta.Admit(s.conf, s.pod, in.ann); err != nil {
-		s.log.Warn("refused", "error", err)
-		return err
+		return s.refused("", err)
 	}
 	if old, err := s.store.Get(args.ContainerID, args.IfName); err == nil && old != nil {
 		// A repeated ADD for the same attachment: undo the first one, so
@@ -133,7 +133,7 @@ func (s *session) resolveAnnotations(in *planInput) error {
 		return err
 	}
 	if in.ann, err = podmeta.ParseAnnotations(raw); err != nil {
-		return err
+		return s.refused(agentapi.RefusalBadAnnotation, err)
 	}
 	s.log = s.log.With("annotations", source)
 	in.source = source

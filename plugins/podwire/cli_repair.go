@@ -58,11 +58,24 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "podwire repair: %v\n", err)
 		return 1
 	}
-	res.Repaired = rep.Changed() || missing > 0
-	res.Drift, res.MissingElements = rep.Drift, missing
+	res.Drift = rep.Drift
+	for _, id := range rep.Rebuilt {
+		res.Rebuilt = append(res.Rebuilt, id.String())
+	}
+	for _, id := range rep.Deleted {
+		res.Deleted = append(res.Deleted, id.String())
+	}
+	for id, n := range missing {
+		if res.ElementsReadded == nil {
+			res.ElementsReadded = map[string]int{}
+		}
+		res.ElementsReadded[id.String()] = n
+		res.MissingElements += n
+	}
+	res.Repaired = rep.Changed() || res.MissingElements > 0
 	if res.Repaired {
 		newLogger(conf).With("verb", "repair").Info("node tables repaired",
-			"drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted, "missingElements", missing)
+			"drift", rep.Drift, "rebuilt", res.Rebuilt, "deleted", res.Deleted, "elementsReadded", res.ElementsReadded)
 	}
 	return printJSON(stdout, stderr, res)
 }
