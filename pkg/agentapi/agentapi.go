@@ -143,9 +143,11 @@ const (
 	RefusalOther = "other"
 )
 
-// RefusalReasons are the reasons this build reports, RefusalOther last.
+// RefusalReasons are the reasons this build reports (the tenancy gates'
+// of refusal_tenancy.go included), RefusalOther last.
 var RefusalReasons = []string{RefusalForwardingNamespace, RefusalRoutablePrefixes,
-	RefusalAllowedVLANs, RefusalBadAnnotation, RefusalOther}
+	RefusalAllowedVLANs, RefusalBadAnnotation, RefusalSourcePrefixes, RefusalVLANSubnets,
+	RefusalAddressHeld, RefusalRouteOverlap, RefusalOther}
 
 // codeTryAgainLater is CNI error 11 (types.ErrTryAgainLater), without
 // importing the CNI library into the agent's protocol.
