@@ -5,7 +5,11 @@
 package atomicfile
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -17,11 +21,54 @@ import (
 // the same directory, is synced, and is renamed over path; the directory is
 // synced after. An existing file's mode and owner are kept; a new file gets
 // perm. The temporary file is "."+name+".<random>.tmp" (libcni does not load
-// it; RemoveTemps finds what a killed writer left).
+// it; RemoveTemps finds what a killed writer left), made by CreateExclusive.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return write(path, data, perm, func(dir string) (*os.File, error) {
-		return os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+		for range 10 {
+			var r [8]byte
+			_, _ = rand.Read(r[:])
+			f, err := CreateExclusive(filepath.Join(dir, "."+filepath.Base(path)+"."+hex.EncodeToString(r[:])+".tmp"), 0o600)
+			if !errors.Is(err, fs.ErrExist) {
+				return f, err
+			}
+		}
+		return nil, fmt.Errorf("no free temporary name next to %q", path)
 	})
+}
+
+// CreateExclusive creates the new file name with perm, which must not
+// exist: O_CREAT|O_EXCL, so that nothing planted at the name (a
+// symlink, even a dangling one, or a hard link to another file) is followed
+// or written through; O_NOFOLLOW says the same for the reader. It is the one
+// way podwire creates its temporary files. An existing name is an error
+// satisfying errors.Is(err, fs.ErrExist).
+func CreateExclusive(name string, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+}
+
+// OpenLock opens the lock file path that many processes share (an flock(2)
+// target, never written): created with CreateExclusive when absent, else
+// opened without following a link (O_NOFOLLOW) and refused unless it is a
+// regular file with one link, so a symlink or a hard link planted at the
+// name never makes podwire open another file.
+func OpenLock(path string) (*os.File, error) {
+	f, err := CreateExclusive(path, 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, err
+	}
+	if f, err = os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0); err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || (ok && st.Nlink != 1) {
+		f.Close()
+		return nil, fmt.Errorf("lock file %q is not a regular file of one link: refusing it", path)
+	}
+	return f, nil
 }
 
 // WriteFileFixedTemp is WriteFile for a path that one writer at a time
@@ -29,12 +76,15 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // operations on one attachment at once). Its temporary file has the fixed
 // name TempName(path), so removing what a killed writer left is one unlink
 // (RemoveTemp) instead of a listing of the whole directory, which DEL would
-// otherwise pay per record on the node.
+// otherwise pay per record on the node. What is at that name (a killed
+// writer's leftover, or a link planted there) is unlinked, never opened,
+// and the temporary file is created with CreateExclusive.
 func WriteFileFixedTemp(path string, data []byte, perm os.FileMode) error {
 	return write(path, data, perm, func(string) (*os.File, error) {
-		// O_NOFOLLOW: a symlink planted at the fixed name is refused
-		// (ELOOP), never followed to overwrite its target.
-		return os.OpenFile(TempName(path), os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+		if err := RemoveTemp(path); err != nil {
+			return nil, err
+		}
+		return CreateExclusive(TempName(path), 0o600)
 	})
 }
 

@@ -28,10 +28,11 @@ package logfile
 
 import (
 	"os"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/natefinch/lumberjack.v2"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // Defaults for a log file whose limits the config leaves out.
@@ -65,7 +66,8 @@ type Writer struct {
 
 // Open returns a Writer for path. The file is created (mode 0600) on the
 // first write; its directory must exist or be creatable. The lock file
-// "<path>.lock" is opened now; when it cannot be, writes go unlocked (the
+// "<path>.lock" is opened now (atomicfile.OpenLock: created exclusively,
+// never through a link); when it cannot be, writes go unlocked (the
 // single-process behaviour of lumberjack).
 func Open(path string, o Options) *Writer {
 	if o.MaxSizeBytes <= 0 {
@@ -83,7 +85,7 @@ func Open(path string, o Options) *Writer {
 		// a limit no log reaches (1 TiB).
 		MaxSize: 1 << 20,
 	}}
-	if f, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600); err == nil {
+	if f, err := atomicfile.OpenLock(path + ".lock"); err == nil {
 		w.lock = f
 	}
 	return w

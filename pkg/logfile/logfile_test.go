@@ -145,3 +145,40 @@ func TestRotationKeepsBackups(t *testing.T) {
 }
 
 func waitABit() { time.Sleep(10 * time.Millisecond) }
+
+// TestLockNeverThroughALink: a symlink or a hard link planted at the lock
+// file's name is not taken as the lock (the writer goes unlocked and the
+// link's target is untouched); a lock file a previous process left is.
+func TestLockNeverThroughALink(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		plant  func(target, at string) error
+		locked bool
+	}{
+		{"symlink", os.Symlink, false},
+		{"hard link", os.Link, false},
+		{"previous lock file", func(_, at string) error { return os.WriteFile(at, nil, 0o600) }, true},
+		{"none", func(string, string) error { return nil }, true},
+	} {
+		dir := t.TempDir()
+		victim := filepath.Join(dir, "victim")
+		if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "podwire.log")
+		if err := tc.plant(victim, path+".lock"); err != nil {
+			t.Fatal(err)
+		}
+		w := Open(path, Options{})
+		if got := w.lock != nil; got != tc.locked {
+			t.Errorf("%s: locked %v, want %v", tc.name, got, tc.locked)
+		}
+		if _, err := fmt.Fprintln(w, "a record"); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		w.Close()
+		if b, _ := os.ReadFile(victim); string(b) != "keep" {
+			t.Errorf("%s: victim %q", tc.name, b)
+		}
+	}
+}
