@@ -438,6 +438,13 @@ func (c *Cluster) wait(ctx context.Context, what string, p *proc, interval time.
 	}
 }
 
+// HTTPClientIn is an HTTP client whose connections are made inside the
+// network namespace nsPath (e.g. OutsideNetNS, where a Prometheus outside
+// the nodes would scrape from).
+func HTTPClientIn(nsPath string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: dialer(nsPath)}, Timeout: 5 * time.Second}
+}
+
 // dialer dials TCP inside a network namespace: the socket belongs to the
 // namespace of the thread that made it, and stays there.
 func dialer(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {

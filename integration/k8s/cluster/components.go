@@ -105,7 +105,12 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if c.opts.DualStack {
 		serviceCIDRs += "," + ServiceCIDR6.String()
 	}
+	policy := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return err
+	}
 	p, err := c.run(c.Nodes[0], "kube-apiserver", c.k8sBin("kube-apiserver"),
+		"--audit-policy-file="+policy, "--audit-log-path="+c.AuditLog(), "--audit-log-format=json",
 		"--advertise-address="+c.Nodes[0].IP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--client-ca-file="+c.pki("ca.crt"),
@@ -132,6 +137,23 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		return httpOK(c.api, apiServer+"/readyz")
 	})
 }
+
+// auditPolicy has the apiserver log, at the Metadata level, every request
+// of the service accounts of the namespaces that add-ons run in (podwire's
+// agent among them), once each: when the response is complete (a watch:
+// when it ends). Nothing else is logged.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:podwire-system"]
+- level: None
+`
+
+// AuditLog is the apiserver's audit log (JSON lines, audit.k8s.io/v1
+// Event): every request of podwire-system's service accounts.
+func (c *Cluster) AuditLog() string { return filepath.Join(c.Dir, "logs", "audit.log") }
 
 // apiClient is an HTTPS client of the apiserver with the admin certificate,
 // dialing inside the node netns.
@@ -349,6 +371,23 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 		return stdout.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
+}
+
+// Helm runs the helm CLI bin as the admin, inside the first node's netns
+// as Kubectl does, with its cache, config and data under the run's
+// directory (never the host's ~/.cache/helm); it returns the combined
+// output, and an error carrying it.
+func (c *Cluster) Helm(ctx context.Context, bin string, args ...string) (string, error) {
+	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", bin, "--kubeconfig=" + c.AdminKubeconfig}, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", argv...)
+	home := filepath.Join(c.Dir, "helm")
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config",
+		"HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
 }
 
 // Versions returns one line per component, as each binary reports itself.

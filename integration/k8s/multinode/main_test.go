@@ -4,7 +4,9 @@
 // dual-stack), kube-proxy in nftables mode (kubeadm's DaemonSet), dual-stack
 // Services, and every image but the pause image pulled from a registry on
 // the network outside the nodes, podwire's included (pushed with `make
-// push`'s command, installed with deploy/'s manifests pinned by digest).
+// push`'s command, installed with `helm install` of deploy/helm/podwire
+// pinned by digest, upgraded with `helm upgrade` and removed with `helm
+// uninstall`).
 // Every claim is proven with packets between pods on different nodes, the
 // nodes and the outside network. One cluster serves every test of the
 // package: it is started in TestMain and stopped, with every process, mount
@@ -13,8 +15,9 @@
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
 // Kubernetes binaries of scripts/k8s-build.sh, kube-proxy included),
 // PODWIRE_ETCD, PODWIRE_FLANNEL (scripts/flannel-build.sh's directory),
-// PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF and
-// PODWIRE_CNI_BIN.
+// PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF,
+// PODWIRE_IMAGE_UPGRADE and its _REF (`make image-upgrade`), PODWIRE_HELM
+// (scripts/helm-build.sh) and PODWIRE_CNI_BIN.
 package multinode
 
 import (
@@ -25,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +43,10 @@ var (
 	podwireBin   string
 	podwireImage string // bin/podwire-image.tar of `make image`
 	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
+	// upgradeImage and upgradeRef are `make image-upgrade`'s: the same
+	// code under a second version, for helm upgrade.
+	upgradeImage, upgradeRef string
+	helmBin                  string // scripts/helm-build.sh's helm
 	// podwirePinned is the image pushed to the run's registry, by digest.
 	podwirePinned string
 )
@@ -80,7 +86,8 @@ func needCluster(t *testing.T) {
 
 func run(m *testing.M) int {
 	env := map[string]string{}
-	for _, k := range []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN"} {
+	for _, k := range []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN",
+		"PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF"} {
 		if env[k] = os.Getenv(k); env[k] == "" {
 			skipReason = "needs root and " + k + " (and the rest of make test-k8s's environment): run it with make test-k8s"
 		}
@@ -94,6 +101,7 @@ func run(m *testing.M) int {
 		return m.Run()
 	}
 	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
+	upgradeImage, upgradeRef, helmBin = env["PODWIRE_IMAGE_UPGRADE"], env["PODWIRE_IMAGE_UPGRADE_REF"], env["PODWIRE_HELM"]
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -182,63 +190,91 @@ func errOrEmpty(err error) string {
 	return err.Error()
 }
 
-// agentNS is deploy/'s namespace.
+// agentNS is the chart's namespace.
 const agentNS = "podwire-system"
 
-// deployDir is deploy/, applied with the image under test.
-const deployDir = "../../../deploy"
+// chartDir is podwire's Helm chart, which the suite installs as an
+// operator does.
+const chartDir = "../../../deploy/helm/podwire"
 
-// podwireConfig is podwire's entry on every node: the source check, the
-// Azure probe SNAT, and egress from each Node's annotation with no exceptCIDRs at all: the
-// cluster's pod CIDRs and node IPs are excepted from what the agents read
-// of the Nodes. The runtime capability is off:
-// containerd sends no annotations, so every pod's annotations come from
-// the node agent, under deploy/'s RBAC.
-func podwireConfig() map[string]any {
-	return map[string]any{
-		"type":         "podwire",
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": false},
-		"logFile":      "/var/log/podwire.log",
-		"sourceCheck":  true,
-		"egress":       map[string]any{"nodeAnnotation": true},
-		"probeSNAT":    map[string]any{"preset": "azure"},
+// release is the Helm release's name; helm keeps its record in
+// releaseNS (the chart's objects go to agentNS).
+const release, releaseNS = "podwire", "kube-system"
+
+// podwireValues is the operator's values file for the image pinned (a
+// reference REPOSITORY:TAG@sha256:...): podwire's entry on every node is
+// the source check, the Azure probe SNAT, and egress from each Node's
+// annotation with no exceptCIDRs at all (the cluster's pod CIDRs and node
+// IPs are excepted from what the agents read of the Nodes). The runtime
+// capability is off: containerd sends no annotations, so every pod's
+// annotations come from the node agent, under the chart's RBAC. /metrics
+// is on, in the chart's default port, and the agent logs JSON.
+func podwireValues(pinned string) (map[string]any, error) {
+	name, digest, ok := strings.Cut(pinned, "@")
+	i := strings.LastIndex(name, ":")
+	if !ok || i < strings.LastIndex(name, "/") {
+		return nil, fmt.Errorf("image reference %q is not REPOSITORY:TAG@DIGEST", pinned)
 	}
+	return map[string]any{
+		"image": map[string]any{"repository": name[:i], "tag": name[i+1:], "digest": digest},
+		"config": map[string]any{
+			"runtimeAnnotations": false,
+			"logFile":            "/var/log/podwire.log",
+			"sourceCheck":        true,
+			"egress":             map[string]any{"nodeAnnotation": true},
+			"probeSNAT":          map[string]any{"preset": "azure"},
+		},
+		"metrics": map[string]any{"enabled": true},
+		"log":     map[string]any{"format": "json"},
+	}, nil
 }
 
-// deployPodwire installs podwire as a cluster operator does: the image
-// pushed to the registry with `make push`'s command, podwire's entry in
-// the ConfigMap podwire-config, then deploy/ applied with its image pinned
-// by digest. It returns once every node's containerd has loaded the chain
-// flannel, portmap, podwire.
-func deployPodwire(ctx context.Context) error {
-	entry, err := json.Marshal(podwireConfig())
+// helm runs `helm VERB release chart -f values` (install or upgrade)
+// with podwire's values for the image pinned, and waits for the
+// DaemonSet's rollout.
+func helm(ctx context.Context, verb, pinned string) error {
+	values, err := podwireValues(pinned)
 	if err != nil {
 		return err
 	}
-	if podwirePinned, err = pushPodwire(ctx, podwireImage, podwireRef); err != nil {
+	b, err := json.Marshal(values) // YAML's superset: a values file as it is
+	if err != nil {
 		return err
 	}
-	if _, err := c.Kubectl(ctx, "", "apply", "-f", filepath.Join(deployDir, "00-namespace.yaml")); err != nil {
+	file := filepath.Join(c.Dir, "podwire-values-"+verb+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
 		return err
 	}
-	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "podwire-config",
-		"--from-literal=entry="+string(entry)); err != nil {
-		return err
-	}
-	manifests, err := deployManifests(podwirePinned)
+	chart, err := filepath.Abs(chartDir)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
-		return fmt.Errorf("kubectl apply -f deploy/: %v\n%s", err, out)
+	if _, err := c.Helm(ctx, helmBin, verb, release, chart, "--namespace", releaseNS, "-f", file); err != nil {
+		return err
 	}
-	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=120s"); err != nil {
+	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=180s"); err != nil {
 		desc, _ := c.Kubectl(ctx, "", "-n", agentNS, "describe", "pods")
 		logs, _ := c.Kubectl(ctx, "", "-n", agentNS, "logs", "ds/podwire-agent", "--tail=40")
-		return fmt.Errorf("the DaemonSet did not roll out: %v\n%s\n%s\n%s", err, out, desc, logs)
+		return fmt.Errorf("the DaemonSet did not roll out after helm %s: %v\n%s\n%s\n%s", verb, err, out, desc, logs)
 	}
-	fmt.Printf("podwire: deploy/ applied, agents Ready in %.1fs\n", time.Since(start).Seconds())
+	fmt.Printf("podwire: helm %s of %s, agents Ready in %.1fs\n", verb, pinned, time.Since(start).Seconds())
+	return nil
+}
+
+// deployPodwire installs podwire as a cluster operator does: the image
+// pushed to the registry with `make push`'s command, then `helm install`
+// of the chart with the values above, the image pinned by digest. It
+// returns once every node's containerd has loaded the chain flannel,
+// portmap, podwire.
+func deployPodwire(ctx context.Context) error {
+	var err error
+	if podwirePinned, err = pushPodwire(ctx, podwireImage, podwireRef); err != nil {
+		return err
+	}
+	if err := helm(ctx, "install", podwirePinned); err != nil {
+		return err
+	}
 	for _, n := range c.Nodes {
 		if err := waitChain(ctx, n); err != nil {
 			return err
@@ -262,30 +298,6 @@ func waitChain(ctx context.Context, n *cluster.Node) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// deployManifests is deploy/*.yaml, in order, with the agent's image (the
-// release's) replaced by image; every other line as shipped.
-func deployManifests(image string) (string, error) {
-	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no manifests in %s: %v", deployDir, err)
-	}
-	re := regexp.MustCompile(`(?m)^(\s+image:\s*)\S+/podwire-agent:\S+$`)
-	var docs []string
-	replaced := 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
-		}
-		replaced += len(re.FindAll(b, -1))
-		docs = append(docs, re.ReplaceAllString(string(b), "${1}"+image))
-	}
-	if replaced != 1 {
-		return "", fmt.Errorf("deploy/ names the podwire-agent image %d times, want once", replaced)
-	}
-	return strings.Join(docs, "\n---\n"), nil
 }
 
 // pushPodwire pushes an archive of `make image` (recorded as imageRef,

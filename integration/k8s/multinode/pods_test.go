@@ -59,30 +59,37 @@ func runPod(t *testing.T, namespace, name string, n *cluster.Node, labels map[st
 	return p
 }
 
-// startPod creates a pod on node n with labels through the API and waits
-// until it is Ready, with an address of each family. It talks to the
-// apiserver directly (cluster.API), not through kubectl: the churn of
-// TestRollingUpgrade creates pods as fast as two cores allow.
-func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string) (*pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+// createPod creates a pod on node n with labels and annotations through
+// the API, and returns without waiting for it. It talks to the apiserver
+// directly (cluster.API), not through kubectl: the churn of
+// TestAgentFootprint creates pods as fast as two cores allow.
+func createPod(ctx context.Context, namespace, name string, n *cluster.Node, labels, annotations map[string]string) error {
 	grace := int64(1)
 	automount := false
 	manifest, err := json.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": namespace, "labels": labels},
+		"metadata": map[string]any{"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
 		"spec": map[string]any{
 			"nodeName": n.Name, "automountServiceAccountToken": automount, "terminationGracePeriodSeconds": grace,
 			"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
 		},
 	})
 	if err != nil {
+		return err
+	}
+	_, err = c.API(ctx, "POST", "/api/v1/namespaces/"+namespace+"/pods", manifest)
+	return err
+}
+
+// startPod creates a pod on node n with labels (createPod) and waits
+// until it is Ready, with an address of each family.
+func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string) (*pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := createPod(ctx, namespace, name, n, labels, nil); err != nil {
 		return nil, err
 	}
 	path := "/api/v1/namespaces/" + namespace + "/pods"
-	if _, err := c.API(ctx, "POST", path, manifest); err != nil {
-		return nil, err
-	}
 	var obj struct {
 		Metadata struct {
 			UID string `json:"uid"`
@@ -126,6 +133,7 @@ func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labe
 	if !p.ip4.IsValid() || !p.ip6.IsValid() {
 		return nil, fmt.Errorf("pod %s/%s is not dual-stack: %v", namespace, name, obj.Status.PodIPs)
 	}
+	var err error
 	if p.netns, _, err = n.PodNetNS(ctx, p.uid); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %v", namespace, name, err)
 	}
