@@ -105,8 +105,8 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 // then the chain (the binary and the entry), the tables, the conf dir
 // watch, the drift loop and the health server.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
+	if err := ensureStateDir(a.cfg.StateDir); err != nil {
+		return err
 	}
 	// The socket first: during a rolling upgrade the plugin's ADDs wait
 	// for it (bounded), and every second before it answers lengthens them.

@@ -93,7 +93,7 @@ func TestPodsGetOnMissAndUID(t *testing.T) {
 	if r := p.Annotations(ctx, "nf", "r", "u2"); r.Code != 999 || !strings.Contains(r.Error, "UID") {
 		t.Errorf("UID mismatch: %+v, want code 999 naming the UID", r)
 	}
-	if r := p.Annotations(ctx, "nf", "gone", ""); r.Code != 999 {
+	if r := p.Annotations(ctx, "nf", "gone", "u3"); r.Code != 999 {
 		t.Errorf("pod not in the API: %+v, want code 999", r)
 	}
 }

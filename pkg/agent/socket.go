@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,20 +10,33 @@ import (
 	"github.com/podwire/podwire/pkg/agentapi"
 )
 
-// listen opens the socket the plugin asks, root only (0600).
-func (a *Agent) listen() (net.Listener, error) {
-	if err := os.Remove(a.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("failed to remove stale socket %q: %w", a.cfg.Socket, err)
+// ensureStateDir creates stateDir, or takes it as it is, and makes it 0700
+// whoever created it (the kubelet's hostPath DirectoryOrCreate makes it
+// 0755): it holds the records, the node lock and the agent's socket. A
+// path that is not a directory (a symlink included) is an error.
+func ensureStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("failed to create state dir %q: %w", dir, err)
 	}
-	ln, err := net.Listen("unix", a.cfg.Socket)
+	fi, err := os.Lstat(dir)
 	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %q: %w", a.cfg.Socket, err)
+		return fmt.Errorf("failed to read state dir %q: %w", dir, err)
 	}
-	if err := os.Chmod(a.cfg.Socket, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("failed to restrict %q: %w", a.cfg.Socket, err)
+	if !fi.IsDir() {
+		return fmt.Errorf("state dir %q is a %s, not a directory", dir, fi.Mode().Type())
 	}
-	return ln, nil
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("failed to restrict state dir %q to 0700: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// listen opens the socket the plugin asks (agentapi.Listen: root peers
+// only, 0600, a capped number of connections, never unlinked on close).
+func (a *Agent) listen() (net.Listener, error) {
+	return agentapi.Listen(a.cfg.Socket, agentapi.MaxConns, a.log)
 }
 
 // observedHandle is handle, counted and timed for /metrics.

@@ -8,8 +8,10 @@
 // different builds (during a rollout, or a rollback) either work together or
 // fail with an error naming both builds.
 //
-// Limits: the socket is protected by its file mode (0600, root) and by the
-// host path it lives in; there is no authentication beyond that.
+// Limits: the socket (Listen) is protected by its file mode (0600), the
+// host path it lives in (stateDir, 0700) and its peers' SO_PEERCRED uid
+// (0); there is no authentication beyond that, so any root process of the
+// node may ask what the plugin may ask.
 package agentapi
 
 import (
