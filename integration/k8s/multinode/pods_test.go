@@ -89,6 +89,12 @@ func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labe
 	if err := createPod(ctx, namespace, name, n, labels, nil); err != nil {
 		return nil, err
 	}
+	return waitPod(ctx, namespace, name, n)
+}
+
+// waitPod waits until the pod namespace/name on node n is Ready, with an
+// address of each family, and returns it.
+func waitPod(ctx context.Context, namespace, name string, n *cluster.Node) (*pod, error) {
 	path := "/api/v1/namespaces/" + namespace + "/pods"
 	var obj struct {
 		Metadata struct {

@@ -2,10 +2,13 @@ package multinode
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +44,10 @@ func pluginVersion(t *testing.T, n *cluster.Node) string {
 // command, pinned by digest) rolls the agents node by node; then every
 // node's agent and installed plugin report the new version, a pod wired
 // by the old version is still checked (its forged datagrams dropped, its
-// own delivered), and a pod created after is wired by the new one.
+// own delivered), and a pod created after is wired by the new one. Pods
+// are created all through the rollout (one every 500 ms, the nodes in
+// turn): every one becomes Ready with no failed sandbox creation, i.e.
+// no ADD found the node without an agent.
 func TestHelmUpgrade(t *testing.T) {
 	needCluster(t)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
@@ -53,6 +59,7 @@ func TestHelmUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
+	churn := startChurn(ctx, t, "rollout", 500*time.Millisecond)
 	if err := helm(ctx, "upgrade", pinned); err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +73,20 @@ func TestHelmUpgrade(t *testing.T) {
 		}
 	}
 	t.Logf("upgraded to %s on %d nodes in %v", want, len(c.Nodes), time.Since(start).Round(time.Second))
+	churned := churn.stop(t)
+	for _, p := range churned {
+		if _, err := waitPod(ctx, p.namespace, p.name, p.node); err != nil {
+			t.Errorf("a pod created during the rollout: %v", err)
+		}
+	}
+	if failed := sandboxFailures(t, ctx, "rollout-"); len(failed) > 0 {
+		t.Errorf("%d sandbox creations failed during the rollout (each a failed ADD the kubelet retried):\n%s",
+			len(failed), strings.Join(failed, "\n"))
+	}
+	t.Logf("%d pods created during the rollout (one every 500 ms, both nodes in turn), every one Ready with no failed ADD", len(churned))
+	for _, p := range churned {
+		_ = deletePod(ctx, p.namespace, p.name)
+	}
 
 	receiver := runPod(t, "default", "after-upgrade", n1, nil)
 	const port = 7402
@@ -89,6 +110,90 @@ func TestHelmUpgrade(t *testing.T) {
 	if sink.Got(forged, "forged") {
 		t.Errorf("after the upgrade, a datagram forged from %s by the pod wired before it reached %s", forged, to)
 	}
+}
+
+// churn creates a pod every interval, on the nodes in turn, until stop.
+type churn struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	pods   []*pod
+	err    error
+}
+
+// startChurn starts creating pods named PREFIX-N (not waiting for them).
+func startChurn(ctx context.Context, t *testing.T, prefix string, interval time.Duration) *churn {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := &churn{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(ch.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			n := c.Nodes[i%len(c.Nodes)]
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			err := createPod(ctx, "default", name, n, map[string]string{"churn": prefix}, nil)
+			ch.mu.Lock()
+			if err != nil && ctx.Err() == nil && ch.err == nil {
+				ch.err = err
+			}
+			if err == nil {
+				ch.pods = append(ch.pods, &pod{namespace: "default", name: name, node: n})
+			}
+			ch.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ch.cancel()
+		<-ch.done
+		for _, p := range ch.pods {
+			_ = deletePod(context.Background(), p.namespace, p.name)
+		}
+	})
+	return ch
+}
+
+// stop stops the churn and returns the pods it created.
+func (ch *churn) stop(t *testing.T) []*pod {
+	t.Helper()
+	ch.cancel()
+	<-ch.done
+	if ch.err != nil {
+		t.Fatalf("churn: %v", ch.err)
+	}
+	return ch.pods
+}
+
+// sandboxFailures lists the FailedCreatePodSandBox events of the default
+// namespace's pods whose names start with prefix.
+func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string {
+	t.Helper()
+	b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedCreatePodSandBox", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []struct {
+			InvolvedObject struct{ Name string } `json:"involvedObject"`
+			Message        string                `json:"message"`
+			Count          int                   `json:"count"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, ev := range list.Items {
+		if strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
+			failed = append(failed, fmt.Sprintf("%s (x%d): %s", ev.InvolvedObject.Name, ev.Count, ev.Message))
+		}
+	}
+	return failed
 }
 
 // TestHelmUninstall: `helm uninstall` removes the agents; then no node's
