@@ -52,6 +52,8 @@ func run(logp **slog.Logger) error {
 	metricsAddr := flag.String("metrics-bind-address", "", "address of Prometheus /metrics, e.g. :9178 (empty: none)")
 	logFormat := flag.String("log-format", agent.LogText, "log format on stderr: text or json (client-go's klog lines too)")
 	logLevel := flag.String("log-level", "info", "least level logged: debug, info, warn or error")
+	uninstall := flag.Bool("cni-uninstall", false, "when the agent's stop is an uninstall (its DaemonSet --daemonset is gone), take podwire out of the chain, and out of the node with the last DEL")
+	daemonSet := flag.String("daemonset", "", "the agent's own DaemonSet as NAMESPACE/NAME, which --cni-uninstall watches")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -90,15 +92,24 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var un *agent.Uninstall
+	if *uninstall {
+		ns, name, err := agent.ParseDaemonSet(*daemonSet)
+		if err != nil {
+			return fmt.Errorf("--cni-uninstall needs --daemonset: %w", err)
+		}
+		un = agent.NewUninstall(md, ns, name, 10*time.Minute)
+	}
 	var e []byte
 	if *entry != "" {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
 		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
-		Version: buildinfo.Version,
-		Chain:   agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
-		Cluster: agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
+		Version:   buildinfo.Version,
+		Chain:     agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Cluster:   agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
+		Uninstall: un,
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

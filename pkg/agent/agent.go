@@ -14,9 +14,12 @@
 //   - reports its health on a localhost HTTP port (/healthz, /readyz), and
 //     serves Prometheus metrics on another (/metrics, metrics.go).
 //
-// Limits: stopping the agent changes nothing on the node. The plugin's DEL
-// works from the records in stateDir and never asks the agent, so pods wired
-// before keep being deletable after the DaemonSet is gone.
+// Limits: stopping the agent changes nothing on the node, unless
+// Config.Uninstall is set and the stop is an uninstall (uninstall.go): then
+// podwire's entry leaves the chain at once, and the rest (tables, bridge,
+// stateDir, binary) with the last DEL. The plugin's DEL works from the
+// records in stateDir and never asks the agent, so pods wired before keep
+// being deletable after the DaemonSet is gone.
 package agent
 
 import (
@@ -61,6 +64,10 @@ type Config struct {
 	// Cluster follows every Node for the egress table's exceptions (nil:
 	// none are written; the agent is Ready without them).
 	Cluster *ClusterNodes
+	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
+	// the node when the agent's stop is an uninstall (uninstall.go); nil:
+	// stopping changes nothing on the node.
+	Uninstall *Uninstall
 }
 
 // Agent runs the agent's loops; build it with New.
@@ -105,7 +112,12 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 // then the chain (the binary and the entry), the tables, the conf dir
 // watch, the drift loop and the health server.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := ensureStateDir(a.cfg.StateDir); err != nil {
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
+	}
+	// Before anything is installed: a last DEL after an uninstall must not
+	// remove the binary this agent is about to install.
+	if err := a.clearUninstalled(); err != nil {
 		return err
 	}
 	// The socket first: during a rolling upgrade the plugin's ADDs wait
@@ -123,6 +135,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.node.Run(ctx)
 	if a.cfg.Cluster != nil {
 		go a.cfg.Cluster.Run(ctx)
+	}
+	if a.cfg.Uninstall != nil {
+		go a.cfg.Uninstall.Run(ctx)
 	}
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
@@ -159,6 +174,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.stop()
 			return nil
 		case ev := <-watch.Events:
 			if filepath.Ext(ev.Name) != ".tmp" {
@@ -170,6 +186,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			settle = nil
 			a.syncChain(ctx)
 		case <-tick.C:
+			// A marker written while this agent runs (an older agent's
+			// stop, decided as an uninstall, racing a reinstall): this
+			// agent keeps podwire on the node.
+			a.setErr("uninstall marker", a.clearUninstalled())
 			a.syncChain(ctx)
 			a.syncEgress()
 			a.syncCluster()
@@ -179,6 +199,51 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.ticked = time.Now()
 			a.mu.Unlock()
 		}
+	}
+}
+
+// listen opens the socket the plugin asks, root only (0600).
+func (a *Agent) listen() (net.Listener, error) {
+	if err := os.Remove(a.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("failed to remove stale socket %q: %w", a.cfg.Socket, err)
+	}
+	ln, err := net.Listen("unix", a.cfg.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %q: %w", a.cfg.Socket, err)
+	}
+	if err := os.Chmod(a.cfg.Socket, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("failed to restrict %q: %w", a.cfg.Socket, err)
+	}
+	return ln, nil
+}
+
+// observedHandle is handle, counted and timed for /metrics.
+func (a *Agent) observedHandle(ctx context.Context, req agentapi.Request) *agentapi.Response {
+	start := time.Now()
+	resp := a.handle(ctx, req)
+	a.m.observe(req.Op, resp, time.Since(start))
+	return resp
+}
+
+// handle answers one request of the plugin.
+func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Response {
+	switch req.Op {
+	case agentapi.OpPod:
+		resp, refusal := a.pods.lookup(ctx, req.Namespace, req.Name, req.UID)
+		if refusal != "" {
+			a.m.refusals.WithLabelValues(refusal).Inc()
+		}
+		a.log.Info("pod annotations asked", "pod", req.Namespace+"/"+req.Name, "uid", req.UID,
+			"source", resp.Source, "code", resp.Code, "error", resp.Error)
+		return resp
+	case agentapi.OpStatus:
+		st := a.Status()
+		return &agentapi.Response{Status: &st}
+	default:
+		// A plugin newer than this agent (an upgrade under way): CNI
+		// error 11, try again later, as for a protocol it cannot read.
+		return &agentapi.Response{Code: 11, Error: fmt.Sprintf("unknown op %q: the agent (%s) is older than the plugin", req.Op, a.cfg.Version)}
 	}
 }
 
@@ -301,15 +366,20 @@ func (a *Agent) repair(ctx context.Context) {
 	if !res.Repaired {
 		return
 	}
-	a.m.repaired(res)
+	// What was repaired, by kind: tables that drifted (rebuilt with every
+	// pod's elements) or only pods' elements that were missing.
+	if len(res.Drift) > 0 {
+		a.m.repairs.WithLabelValues(RepairTables).Inc()
+	} else {
+		a.m.repairs.WithLabelValues(RepairElements).Inc()
+	}
 	tables := res.Tables
 	now := time.Now()
 	a.mu.Lock()
 	a.status.Repairs++
 	a.status.LastRepair = now.UTC()
 	a.mu.Unlock()
-	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
-		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
+	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were rebuilt: %v", tables)
 	a.log.Warn(msg)
 	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
 		a.log.Warn("failed to record the Event", "error", err)

@@ -33,6 +33,8 @@ type NodeOptions struct {
 
 // NodeResult reports what RemoveNode removed.
 type NodeResult struct {
+	// Binary is the plugin binary FinishUninstall removed.
+	Binary   string   `json:"binary,omitempty"`
 	Tables   []string `json:"tables,omitempty"`
 	Bridge   string   `json:"bridge,omitempty"`
 	Uplink   string   `json:"uplink,omitempty"`
@@ -55,42 +57,88 @@ func RemoveNode(o NodeOptions) (*NodeResult, error) {
 			return nil, err
 		}
 	}
-	store := state.New(o.StateDir)
-
 	if _, err := os.Stat(o.StateDir); err == nil {
 		// Hold the node lock so that no ADD rebuilds a table under us.
-		unlock, err := store.Lock()
+		unlock, err := state.New(o.StateDir).Lock()
 		if err != nil {
 			return nil, err
 		}
 		defer unlock()
 	}
+	if err := removeNodeLocked(o, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
 
+// FinishUninstall is the last step of an uninstall on a node, run under the
+// node lock (the caller holds it) by the plugin's DEL and GC and by the
+// agent that wrote the marker: when stateDir holds the uninstall marker
+// (UninstalledName) and no attachment is recorded, it removes what
+// RemoveNode removes (the tables, the bridge if podwire made it, stateDir
+// with the marker) and the plugin binary at binary ("" keeps binaries).
+// Linux lets a running executable unlink itself: the plugin passes its own
+// path. Without the marker it does nothing. While attachments are recorded,
+// or when a record cannot be read (a record might name a pod), it removes
+// nothing and says why in Kept: those pods keep their checks, and their DEL
+// needs the binary. done reports whether the node was cleaned.
+func FinishUninstall(o NodeOptions, binary string) (res *NodeResult, done bool, err error) {
+	res = &NodeResult{}
+	if !Uninstalled(o.StateDir) {
+		return res, false, nil
+	}
+	recs, err := state.New(o.StateDir).List()
+	if err != nil {
+		res.Kept = append(res.Kept, fmt.Sprintf("everything: the records in %q cannot all be read (%v)", o.StateDir, err))
+		return res, false, nil
+	}
+	if len(recs) > 0 {
+		res.Kept = append(res.Kept, fmt.Sprintf("everything: %d attachments still recorded in %q", len(recs), o.StateDir))
+		return res, false, nil
+	}
+	// The binary before stateDir: until stateDir (and the marker in it)
+	// is gone, a later DEL or the agent can finish what a failure here
+	// leaves.
+	if binary != "" {
+		if err := os.Remove(binary); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return res, false, fmt.Errorf("failed to remove binary %q: %w", binary, err)
+		} else if err == nil {
+			res.Binary = binary
+		}
+	}
+	if err := removeNodeLocked(o, res); err != nil {
+		return res, false, err
+	}
+	return res, true, nil
+}
+
+// removeNodeLocked is RemoveNode's work, under the node lock.
+func removeNodeLocked(o NodeOptions, res *NodeResult) error {
 	conn, err := nftables.New()
 	if err != nil {
-		return nil, fmt.Errorf("failed to open nftables netlink socket: %w", err)
+		return fmt.Errorf("failed to open nftables netlink socket: %w", err)
 	}
 	gone, err := nodetables.RemoveAll(conn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, id := range gone {
 		res.Tables = append(res.Tables, id.String())
 	}
 
 	if err := removeBridge(o.Bridge, o.Uplink, res); err != nil {
-		return nil, err
+		return err
 	}
 
 	if o.StateDir != "" {
 		if _, err := os.Stat(o.StateDir); err == nil {
 			if err := os.RemoveAll(o.StateDir); err != nil {
-				return nil, fmt.Errorf("failed to remove state dir %q: %w", o.StateDir, err)
+				return fmt.Errorf("failed to remove state dir %q: %w", o.StateDir, err)
 			}
 			res.StateDir = o.StateDir
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // CheckNoAttachments fails, naming the pods, when attachments are recorded

@@ -171,29 +171,9 @@ func readEntry(v string) ([]byte, error) {
 	return data, nil
 }
 
-// parseEntry runs a podwire entry (nil: an empty one) through config.Parse,
-// as a runtime would hand it over, and returns the defaulted config.
-func parseEntry(entry []byte) (*config.NetConf, error) {
-	m := map[string]any{}
-	if entry != nil {
-		if err := json.Unmarshal(entry, &m); err != nil {
-			return nil, fmt.Errorf("invalid podwire config: want a JSON object: %w", err)
-		}
-	}
-	if t, ok := m["type"]; ok && t != install.PluginType {
-		return nil, fmt.Errorf("invalid podwire config: \"type\" is %v, want %q", t, install.PluginType)
-	}
-	m["type"], m["cniVersion"], m["name"] = install.PluginType, "1.0.0", "podwire-install"
-	stdin, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	conf, err := config.Parse(stdin)
-	if err != nil {
-		return nil, fmt.Errorf("invalid podwire config: %w", err)
-	}
-	return conf, nil
-}
+// parseEntry runs a podwire entry (nil: an empty one) through config.Parse
+// (install.ParseEntry) and returns the defaulted config.
+func parseEntry(entry []byte) (*config.NetConf, error) { return install.ParseEntry(entry) }
 
 func printJSON(stdout, stderr io.Writer, v any) int {
 	enc := json.NewEncoder(stdout)

@@ -7,7 +7,9 @@ import (
 // cmdDel removes what ADD made for the attachment, from its state record.
 // It needs neither prevResult nor the netns: a runtime's second DEL has
 // neither. No record means nothing to do (ADD never ran, failed cleanly, or a
-// DEL already ran): success.
+// DEL already ran): success. After an uninstall (the agent's marker), the
+// DEL that leaves no attachment removes podwire from the node
+// (finishUninstall).
 func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	s, err := p.newSession(args, "DEL")
 	if err != nil {
@@ -24,6 +26,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 			return err
 		}
 		s.log.Debug("DEL: no record, nothing to do")
+		s.finishUninstall()
 		return nil
 	}
 	if rec.Netns == "" || args.Netns != "" {
@@ -34,5 +37,6 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	s.log.Info("DEL done")
+	s.finishUninstall()
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 // valid (config.GCValidAttachments cites what libcni sends). When the
 // runtime sends neither key, GC removes nothing: an absent list means
 // "unknown", not "none" (deleting every pod's state on a malformed request
-// would cut every pod off). GC carries on past errors and reports them all.
+// would cut every pod off). GC carries on past errors and reports them all;
+// one without errors finishes an uninstall as DEL does (finishUninstall).
 func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 	s, err := p.newSession(args, "GC")
 	if err != nil {
@@ -56,6 +57,9 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 		removed++
 	}
 	s.log.Info("GC done", "removed", removed, "errors", len(errs))
+	if len(errs) == 0 {
+		s.finishUninstall()
+	}
 	if len(errs) > 0 {
 		return types.NewError(types.ErrInternal, "GC incomplete", errors.Join(errs...).Error())
 	}

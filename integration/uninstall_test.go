@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/plugins/pkg/ns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/podwire/podwire/pkg/agent"
+	"github.com/podwire/podwire/pkg/install"
+	"github.com/podwire/podwire/pkg/nft"
+)
+
+// These tests prove the chart's cni.uninstall on one node: the real agent
+// (in-process, in the node netns, against client-go's fake metadata API
+// holding its DaemonSet) and the real plugin binary, run by libcni from a
+// bin dir of the test's own, so that the plugin may remove itself.
+
+var daemonSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
+
+// kdaemonset is the agent's DaemonSet as the metadata client returns it.
+func kdaemonset(uid string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "podwire-system", Name: "podwire-agent", UID: ktypes.UID(uid)}}
+}
+
+// uninstallNode is a node whose runtime finds podwire in binDir, where the
+// agent installs it, and whose conflist is confDir/10-primary.conflist.
+type uninstallNode struct {
+	*node
+	binDir, confDir string
+	md              *metadatafake.FakeMetadataClient
+}
+
+func newUninstallNode(t *testing.T) *uninstallNode {
+	n := newNode(t)
+	u := &uninstallNode{node: n, binDir: filepath.Join(n.dir, "bin"), confDir: filepath.Join(n.dir, "net.d")}
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{u.binDir, cniBinDir}, filepath.Join(n.dir, "cache"), nil)
+	if err := os.MkdirAll(u.confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(u.primary(), n.primaryList("0.3.1", nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	u.md = metadatafake.NewSimpleMetadataClient(scheme, []runtime.Object{knode("worker-1", nil), kdaemonset("ds-uid-1")}...)
+	return u
+}
+
+func (u *uninstallNode) primary() string { return filepath.Join(u.confDir, "10-primary.conflist") }
+func (u *uninstallNode) binary() string  { return filepath.Join(u.binDir, "podwire") }
+
+// startAgent runs the agent with cni.uninstall until the returned stop,
+// which ends it as SIGTERM does and waits for its stop to be done.
+func (u *uninstallNode) startAgent() (stop func()) {
+	t := u.t
+	t.Helper()
+	entry, err := json.Marshal(u.podwireEntry(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agent.New(agent.Config{
+		Node: "worker-1", StateDir: u.stateDir(), Interval: time.Second,
+		Chain:     agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: entry, Mode: agent.ModeAuto},
+		Uninstall: agent.NewUninstall(u.md, "podwire-system", "podwire-agent", 0),
+	}, u.md, nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- u.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	if err := eventually(10*time.Second, func() error {
+		if st := a.Status(); !st.Ready {
+			return fmt.Errorf("agent not ready: %+v", st)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
+// chainHasPodwire reports whether the node's conflist names podwire.
+func (u *uninstallNode) chainHasPodwire() bool {
+	u.t.Helper()
+	data, err := os.ReadFile(u.primary())
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	_, ok, err := install.Entry(data)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return ok
+}
+
+// list is the conflist as a runtime reads it from the conf dir (its first).
+func (u *uninstallNode) list() *libcni.NetworkConfigList {
+	u.t.Helper()
+	l, err := libcni.LoadNetworkConf(u.confDir, "podwire-test")
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	return l
+}
+
+// tables are the names of podwire's nftables tables in the node netns.
+func (u *uninstallNode) tables() []string {
+	u.t.Helper()
+	ts, err := u.nftConn().ListTables()
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	var out []string
+	for _, t := range ts {
+		if strings.HasPrefix(t.Name, nft.OwnerPrefix) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
+
+// TestUninstallLastDelCleansNode: an agent stopped while its DaemonSet is
+// in place (a restart, an update) changes nothing. Stopped after the
+// DaemonSet's deletion, it takes podwire's entry out of the conflist at
+// once; the binary, tables and records stay while pods podwire wired are
+// left, and the remaining pod is still source-checked (a forged source is
+// dropped) between the two DELs; the last DEL, run by the runtime from its
+// cached config, removes the binary, the tables and stateDir. A reinstall
+// then wires a new pod as before.
+func TestUninstallLastDelCleansNode(t *testing.T) {
+	u := newUninstallNode(t)
+	stop := u.startAgent()
+	if !exists(u.binary()) || !u.chainHasPodwire() {
+		t.Fatal("the agent did not install the binary and the entry")
+	}
+	list := u.list()
+	p1 := u.mustAddPod(podSpec{version: "0.3.1", list: list})
+	p2 := u.mustAddPod(podSpec{version: "0.3.1", list: list})
+	be := u.newBackend()
+	srv := listenTCP(t, be.ns, "[::]:0")
+	dst := netip.AddrPortFrom(be.v4, srv.port())
+	if err := eventually(3*time.Second, func() error { return dialTCP(p2.ns, p2.v4, dst, time.Second) }); err != nil {
+		t.Fatalf("pod's own traffic: %v", err)
+	}
+	spoof := spoofSetup(t, u.node, p2, false)
+	if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
+		t.Fatalf("forged source %s passed before the uninstall", spoof)
+	}
+
+	// A restart: the DaemonSet is in place.
+	stop()
+	if !u.chainHasPodwire() || !exists(u.binary()) || exists(filepath.Join(u.stateDir(), install.UninstalledName)) {
+		t.Fatal("an agent stopped with its DaemonSet in place changed the node")
+	}
+
+	// The uninstall: the DaemonSet is deleted, then its pod stops.
+	stop = u.startAgent()
+	if err := u.md.Resource(daemonSets).Namespace("podwire-system").Delete(context.Background(), "podwire-agent", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if u.chainHasPodwire() {
+		data, _ := os.ReadFile(u.primary())
+		t.Fatalf("podwire's entry still in the conflist after the uninstall:\n%s", data)
+	}
+	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
+		t.Fatalf("conf dir after the uninstall: %v, want only the primary's conflist", files)
+	}
+	if !exists(u.binary()) || len(u.records()) != 2 || len(u.tables()) == 0 {
+		t.Fatalf("binary %v, records %v, tables %v: want all kept while pods are wired", exists(u.binary()), u.records(), u.tables())
+	}
+
+	if err := p1.del(); err != nil {
+		t.Fatalf("DEL of the first pod after the uninstall: %v\nlog:\n%s", err, u.log())
+	}
+	if !exists(u.binary()) || len(u.records()) != 1 || len(u.tables()) == 0 {
+		t.Fatalf("after the first DEL: binary %v, records %v, tables %v: want all kept for the second pod", exists(u.binary()), u.records(), u.tables())
+	}
+	if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
+		t.Fatalf("forged source %s passed between the DELs: the remaining pod is no longer checked", spoof)
+	}
+	if err := dialTCP(p2.ns, p2.v4, dst, time.Second); err != nil {
+		t.Fatalf("the remaining pod's own traffic: %v", err)
+	}
+
+	if err := p2.del(); err != nil {
+		t.Fatalf("last DEL after the uninstall: %v\nlog:\n%s", err, u.log())
+	}
+	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the last DEL: binary %v, stateDir %v, tables %v: want none\nlog:\n%s", exists(u.binary()), exists(u.stateDir()), u.tables(), u.log())
+	}
+	if !strings.Contains(u.log(), "last attachment gone, node cleaned") {
+		t.Fatalf("the last DEL did not log the cleanup:\n%s", u.log())
+	}
+
+	// A reinstall: a new DaemonSet, a new agent, a new pod.
+	if _, err := u.md.Resource(daemonSets).Namespace("podwire-system").(interface {
+		CreateFake(*metav1.PartialObjectMetadata, metav1.CreateOptions, ...string) (*metav1.PartialObjectMetadata, error)
+	}).CreateFake(kdaemonset("ds-uid-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u.startAgent()
+	p3 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
+	spoof3 := spoofSetup(t, u.node, p3, false)
+	if err := dialTCP(p3.ns, spoof3, dst, time.Second); err == nil {
+		t.Fatalf("forged source %s of a pod wired after the reinstall passed", spoof3)
+	}
+	if err := p3.del(); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(u.binary()) {
+		t.Fatal("a DEL after the reinstall removed the binary")
+	}
+}
+
+// TestUninstallKeepsNodeWithUnreadableRecord: with the uninstall marker, a
+// DEL that leaves a record it cannot read removes nothing node-wide (that
+// record might name a pod whose DEL needs the binary), and says so; once
+// the record is gone, the next DEL (here a runtime's repeated one) cleans.
+func TestUninstallKeepsNodeWithUnreadableRecord(t *testing.T) {
+	u := newUninstallNode(t)
+	stop := u.startAgent()
+	p := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
+	if err := u.md.Resource(daemonSets).Namespace("podwire-system").Delete(context.Background(), "podwire-agent", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	corrupt := filepath.Join(u.stateDir(), "corrupt_eth0.json")
+	if err := os.WriteFile(corrupt, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.del(); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if !exists(u.binary()) || !exists(u.stateDir()) || len(u.tables()) == 0 {
+		t.Fatalf("binary %v, stateDir %v, tables %v: want all kept with an unreadable record", exists(u.binary()), exists(u.stateDir()), u.tables())
+	}
+	if !strings.Contains(u.log(), "cannot all be read") {
+		t.Fatalf("the log does not say why the node was kept:\n%s", u.log())
+	}
+	if err := os.Remove(corrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.delNoNetns(); err != nil {
+		t.Fatalf("repeated DEL: %v", err)
+	}
+	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the repeated DEL: binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.stateDir()), u.tables())
+	}
+}

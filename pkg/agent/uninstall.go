@@ -1,0 +1,222 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/podwire/podwire/pkg/install"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+var daemonSetsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
+
+// Uninstall tells an uninstall from a restart when the agent stops (the
+// chart's cni.uninstall). Cilium's cni.uninstall removes its CNI
+// configuration on every agent stop; podwire does it only when the stop is
+// an uninstall, never on a rolling update or a restart, since an entry
+// taken out while the next agent starts would let pods start unchecked
+// (fail open). The agent's own DaemonSet says which: a metadata-only watch
+// of that one object while the agent runs, and one GET at the stop
+// (Decide). RBAC: get, list and watch on that DaemonSet (a namespaced
+// Role).
+type Uninstall struct {
+	client    metadata.Interface
+	namespace string
+	name      string
+	informer  cache.SharedIndexInformer
+
+	mu sync.Mutex
+	// uid is the DaemonSet the agent first saw: the one that made its
+	// pod (a reinstall makes another, with another UID).
+	uid ktypes.UID
+	// deleted: the watch saw uid deleted or being deleted.
+	deleted bool
+}
+
+// NewUninstall follows the DaemonSet namespace/name; Run starts the watch.
+func NewUninstall(client metadata.Interface, namespace, name string, resync time.Duration) *Uninstall {
+	u := &Uninstall{client: client, namespace: namespace, name: name}
+	inf := metadatainformer.NewFilteredMetadataInformer(client, daemonSetsResource, namespace, resync,
+		cache.Indexers{}, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name })
+	u.informer = inf.Informer()
+	_, _ = u.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { u.seen(o, false) },
+		UpdateFunc: func(_, o any) { u.seen(o, false) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			u.seen(o, true)
+		},
+	})
+	return u
+}
+
+// Run runs the watch until ctx ends.
+func (u *Uninstall) Run(ctx context.Context) { u.informer.Run(ctx.Done()) }
+
+// seen records an event of the watch.
+func (u *Uninstall) seen(o any, gone bool) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.uid == "" {
+		u.uid = m.UID
+	}
+	if m.UID == u.uid && (gone || m.DeletionTimestamp != nil) {
+		u.deleted = true
+	}
+}
+
+// Decide says whether the agent's stop now is an uninstall, and why, from
+// one GET of the DaemonSet (bounded by ctx) and what the watch saw:
+//   - not found, or being deleted: an uninstall;
+//   - 401 or 403: an uninstall (helm uninstall and `kubectl delete -f
+//     deploy/` delete the ServiceAccount and the RBAC together with the
+//     DaemonSet);
+//   - present, not being deleted: a restart or an update (present with
+//     another UID: a reinstall, whose agent owns the node now): keep;
+//   - no answer (timeout, connection refused): an uninstall only if the
+//     watch saw the DaemonSet deleted; otherwise keep (fail safe: a
+//     restart that removed the entry would let pods start unchecked).
+func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) {
+	u.mu.Lock()
+	uid, watched := u.uid, u.deleted
+	u.mu.Unlock()
+	ds := u.namespace + "/" + u.name
+	m, err := u.client.Resource(daemonSetsResource).Namespace(u.namespace).Get(ctx, u.name, metav1.GetOptions{})
+	switch {
+	case err == nil && uid != "" && m.UID != uid:
+		return false, fmt.Sprintf("DaemonSet %s was replaced (uid %s, was %s): the new one's agent keeps podwire on the node", ds, m.UID, uid)
+	case err == nil && m.DeletionTimestamp != nil:
+		return true, fmt.Sprintf("DaemonSet %s is being deleted", ds)
+	case err == nil:
+		return false, fmt.Sprintf("DaemonSet %s is in place: a restart or an update", ds)
+	case apierrors.IsNotFound(err):
+		return true, fmt.Sprintf("DaemonSet %s is gone", ds)
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		return true, fmt.Sprintf("the agent may no longer read DaemonSet %s (its ServiceAccount or RBAC was deleted with it): %v", ds, err)
+	case watched:
+		return true, fmt.Sprintf("the watch saw DaemonSet %s deleted (the GET failed: %v)", ds, err)
+	default:
+		return false, fmt.Sprintf("cannot tell a restart from an uninstall, keeping podwire on the node: GET of DaemonSet %s failed: %v", ds, err)
+	}
+}
+
+// stop runs when the agent's context ends: with cni.uninstall, if the
+// stop is an uninstall (Decide), podwire is taken out of the node's chain
+// and the uninstall marker left for the last DEL (uninstallNode).
+func (a *Agent) stop() {
+	if a.cfg.Uninstall == nil {
+		a.log.Info("agent stopping: podwire stays on the node (cni.uninstall off)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	uninstall, reason := a.cfg.Uninstall.Decide(ctx)
+	if !uninstall {
+		a.log.Info("agent stopping: podwire stays on the node", "reason", reason)
+		return
+	}
+	a.log.Info("agent stopping for an uninstall: taking podwire out of the chain", "reason", reason)
+	if err := a.uninstallNode(reason); err != nil {
+		a.log.Error("uninstall incomplete", "error", err)
+	}
+}
+
+// uninstallNode takes podwire out of the node under the node lock: the
+// marker first (so that the last DEL finishes what is left), then the
+// chain entry (Chain.Remove); if no attachment is recorded, at once the
+// tables, the bridge, stateDir and the binary (install.FinishUninstall).
+// Otherwise they stay for the records' pods: their DEL needs the binary
+// and the records, and they keep their checks until then.
+func (a *Agent) uninstallNode(reason string) error {
+	a.mu.Lock()
+	conflist := a.status.Conflist
+	a.mu.Unlock()
+	// The entry names the node resources: read it before it goes.
+	entry := a.cfg.Chain.Entry
+	if conflist != "" {
+		if data, err := os.ReadFile(conflist); err == nil {
+			if e, ok, err := install.Entry(data); err == nil && ok {
+				entry = e
+			}
+		}
+	}
+	conf, err := install.ParseEntry(entry)
+	if err != nil {
+		return err
+	}
+	unlock, err := state.New(a.cfg.StateDir).Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := install.MarkUninstalled(a.cfg.StateDir, reason); err != nil {
+		return err
+	}
+	changed, err := a.cfg.Chain.Remove(conflist)
+	if err != nil {
+		return err
+	}
+	a.log.Info("podwire taken out of the chain", "files", changed)
+	bin := ""
+	if a.cfg.Chain.BinDir != "" {
+		bin = filepath.Join(a.cfg.Chain.BinDir, install.PluginType)
+	}
+	res, done, err := install.FinishUninstall(install.NodeOptions{StateDir: a.cfg.StateDir, Bridge: conf.Bridge, Uplink: conf.Uplink}, bin)
+	if err != nil {
+		return err
+	}
+	if done {
+		a.log.Info("no attachment recorded: node cleaned", "binary", res.Binary, "tables", res.Tables, "bridge", res.Bridge, "stateDir", res.StateDir, "kept", res.Kept)
+	} else {
+		a.log.Info("the last DEL on the node removes the rest", "kept", res.Kept)
+	}
+	return nil
+}
+
+// clearUninstalled removes an uninstall marker (a re-install after an
+// uninstall) under the node lock, before the binary is installed: a last
+// DEL holding the lock first removes the old binary, and the install
+// then puts the new one; one coming after finds no marker and keeps it.
+func (a *Agent) clearUninstalled() error {
+	if !install.Uninstalled(a.cfg.StateDir) {
+		return nil
+	}
+	unlock, err := state.New(a.cfg.StateDir).Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	was, err := install.ClearUninstalled(a.cfg.StateDir)
+	if was {
+		a.log.Info("uninstall marker removed: podwire is installed again")
+	}
+	return err
+}
+
+// ParseDaemonSet splits "namespace/name" (--daemonset).
+func ParseDaemonSet(ref string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(ref, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("invalid DaemonSet %q: want NAMESPACE/NAME", ref)
+	}
+	return namespace, name, nil
+}
