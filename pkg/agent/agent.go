@@ -112,8 +112,8 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 // then the chain (the binary and the entry), the tables, the conf dir
 // watch, the drift loop and the health server.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("failed to create state dir %q: %w", a.cfg.StateDir, err)
+	if err := ensureStateDir(a.cfg.StateDir); err != nil {
+		return err
 	}
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
@@ -199,51 +199,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.ticked = time.Now()
 			a.mu.Unlock()
 		}
-	}
-}
-
-// listen opens the socket the plugin asks, root only (0600).
-func (a *Agent) listen() (net.Listener, error) {
-	if err := os.Remove(a.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("failed to remove stale socket %q: %w", a.cfg.Socket, err)
-	}
-	ln, err := net.Listen("unix", a.cfg.Socket)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %q: %w", a.cfg.Socket, err)
-	}
-	if err := os.Chmod(a.cfg.Socket, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("failed to restrict %q: %w", a.cfg.Socket, err)
-	}
-	return ln, nil
-}
-
-// observedHandle is handle, counted and timed for /metrics.
-func (a *Agent) observedHandle(ctx context.Context, req agentapi.Request) *agentapi.Response {
-	start := time.Now()
-	resp := a.handle(ctx, req)
-	a.m.observe(req.Op, resp, time.Since(start))
-	return resp
-}
-
-// handle answers one request of the plugin.
-func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Response {
-	switch req.Op {
-	case agentapi.OpPod:
-		resp, refusal := a.pods.lookup(ctx, req.Namespace, req.Name, req.UID)
-		if refusal != "" {
-			a.m.refusals.WithLabelValues(refusal).Inc()
-		}
-		a.log.Info("pod annotations asked", "pod", req.Namespace+"/"+req.Name, "uid", req.UID,
-			"source", resp.Source, "code", resp.Code, "error", resp.Error)
-		return resp
-	case agentapi.OpStatus:
-		st := a.Status()
-		return &agentapi.Response{Status: &st}
-	default:
-		// A plugin newer than this agent (an upgrade under way): CNI
-		// error 11, try again later, as for a protocol it cannot read.
-		return &agentapi.Response{Code: 11, Error: fmt.Sprintf("unknown op %q: the agent (%s) is older than the plugin", req.Op, a.cfg.Version)}
 	}
 }
 
@@ -366,20 +321,15 @@ func (a *Agent) repair(ctx context.Context) {
 	if !res.Repaired {
 		return
 	}
-	// What was repaired, by kind: tables that drifted (rebuilt with every
-	// pod's elements) or only pods' elements that were missing.
-	if len(res.Drift) > 0 {
-		a.m.repairs.WithLabelValues(RepairTables).Inc()
-	} else {
-		a.m.repairs.WithLabelValues(RepairElements).Inc()
-	}
+	a.m.repaired(res)
 	tables := res.Tables
 	now := time.Now()
 	a.mu.Lock()
 	a.status.Repairs++
 	a.status.LastRepair = now.UTC()
 	a.mu.Unlock()
-	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were rebuilt: %v", tables)
+	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
+		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
 	a.log.Warn(msg)
 	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
 		a.log.Warn("failed to record the Event", "error", err)
