@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -316,8 +317,24 @@ func TestRender(t *testing.T) {
 			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
 				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
 			}
-			if len(o.namespaces) != 1 || len(o.other) != 3 {
-				t.Errorf("want the Namespace, the ServiceAccount, the ClusterRole and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
+			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}) {
+				t.Errorf("want the Namespace, the ServiceAccount, the ClusterRole and its binding, the Role of cni.uninstall and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
+			}
+			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") {
+				t.Errorf("args %v: want --cni-uninstall --daemonset=podwire-system/podwire-agent (cni.uninstall defaults to true)", args)
+			}
+		},
+	}, {
+		name: "cni.uninstall false",
+		set:  []string{`cni.uninstall=false`},
+		check: func(t *testing.T, o *objects) {
+			for _, a := range o.container(t).Args {
+				if strings.HasPrefix(a, "--cni-uninstall") || strings.HasPrefix(a, "--daemonset") {
+					t.Errorf("arg %q with cni.uninstall false", a)
+				}
+			}
+			if slices.Contains(o.other, "Role") || slices.Contains(o.other, "RoleBinding") {
+				t.Errorf("the Role of cni.uninstall rendered with it false: %v", o.other)
 			}
 		},
 	}, {
