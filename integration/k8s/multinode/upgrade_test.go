@@ -41,25 +41,61 @@ func pluginVersion(t *testing.T, n *cluster.Node) string {
 
 // TestHelmUpgrade: `helm upgrade` with the same values and a second
 // version of the image (`make image-upgrade`, pushed with `make push`'s
-// command, pinned by digest) rolls the agents node by node; then every
-// node's agent and installed plugin report the new version, a pod wired
-// by the old version is still checked (its forged datagrams dropped, its
-// own delivered), and a pod created after is wired by the new one. Pods
-// are created all through the rollout (one every 500 ms, the nodes in
-// turn): every one becomes Ready with no failed sandbox creation, i.e.
-// no ADD found the node without an agent.
+// command, pinned by digest) rolls the agents node by node while pods are
+// created and deleted on both nodes (a pod every 500 ms, the nodes in
+// turn, each deleted 8 s after its creation), as issue 20's rolling
+// upgrade asks:
+//   - no sandbox creation or deletion fails (no FailedCreatePodSandBox or
+//     FailedKillPod event of a churned pod: no ADD found the node without
+//     an agent, no DEL failed);
+//   - no pod is unchecked at any sample: a pod wired before the upgrade
+//     sends a forged datagram every 250 ms all through the rollout, none
+//     arrives, while its genuine ones do; and every churned pod still
+//     running at the end is checked (its forged datagram dropped);
+//   - every node's agent and installed plugin end at the new version.
 func TestHelmUpgrade(t *testing.T) {
 	needCluster(t)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	old := runPod(t, "default", "before-upgrade", n2, nil)
+	receiver := runPod(t, "default", "upgrade-receiver", n1, nil)
+	const port = 7402
+	sink, err := packets.NewSink(receiver.netns, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	to := netip.AddrPortFrom(receiver.ip4, port)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pinned, err := pushPodwire(ctx, upgradeImage, upgradeRef)
 	if err != nil {
 		t.Fatal(err)
 	}
+
+	// The sampler: a forged and a genuine datagram every 250 ms from the
+	// pod wired before the upgrade.
+	forged := netip.MustParseAddr("10.244.0.251")
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	samples := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { samples <- n }()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-tick.C:
+			}
+			_ = packets.SendFrom(old.netns, forged, to, "forged", 1)
+			_ = packets.SendFrom(old.netns, old.ip4, to, "genuine", 1)
+			n++
+		}
+	}()
+
 	start := time.Now()
-	churn := startChurn(ctx, t, "rollout", 500*time.Millisecond)
+	churn := startChurn(ctx, t, "rollout", 500*time.Millisecond, 16)
 	if err := helm(ctx, "upgrade", pinned); err != nil {
 		t.Fatal(err)
 	}
@@ -72,57 +108,63 @@ func TestHelmUpgrade(t *testing.T) {
 			t.Errorf("%s: the installed plugin says %q after the upgrade, want version %s", n.Name, v, want)
 		}
 	}
-	t.Logf("upgraded to %s on %d nodes in %v", want, len(c.Nodes), time.Since(start).Round(time.Second))
-	churned := churn.stop(t)
-	for _, p := range churned {
-		if _, err := waitPod(ctx, p.namespace, p.name, p.node); err != nil {
+	rollout := time.Since(start)
+	created, running := churn.stop(t)
+	stopSampling()
+	sampled := <-samples
+	t.Logf("upgraded to %s on %d nodes in %v; %d pods created meanwhile, %d deleted", want, len(c.Nodes),
+		rollout.Round(time.Second), created, created-len(running))
+
+	if sink.Got(forged, "forged") {
+		t.Errorf("during the rollout a datagram forged from %s by the pod wired before it reached %s", forged, to)
+	}
+	if !sink.Got(old.ip4, "genuine") {
+		t.Errorf("none of the %d genuine datagrams sent during the rollout from %s reached %s", sampled, old.ip4, to)
+	}
+	// Every churned pod still running: Ready, and checked.
+	for _, p := range running {
+		q, err := waitPod(ctx, p.namespace, p.name, p.node)
+		if err != nil {
 			t.Errorf("a pod created during the rollout: %v", err)
+			continue
+		}
+		src := netip.MustParseAddr("203.0.113.99")
+		if err := packets.SendFrom(q.netns, src, to, "forged-"+q.name, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := packets.SendFrom(q.netns, q.ip4, to, "genuine-"+q.name, 3); err != nil {
+			t.Fatal(err)
+		}
+		if !sink.WaitGot(q.ip4, "genuine-"+q.name, 10*time.Second) {
+			t.Errorf("%s on %s: its genuine datagrams did not arrive", q.name, q.node.Name)
+		}
+		if sink.Got(src, "forged-"+q.name) {
+			t.Errorf("%s on %s, created during the rollout, is not checked: its forged datagram arrived", q.name, q.node.Name)
 		}
 	}
+	churn.deleteAll(ctx)
+	waitNoPods(t, ctx, "churn=rollout")
 	if failed := sandboxFailures(t, ctx, "rollout-"); len(failed) > 0 {
-		t.Errorf("%d sandbox creations failed during the rollout (each a failed ADD the kubelet retried):\n%s",
-			len(failed), strings.Join(failed, "\n"))
+		t.Errorf("%d sandbox creations or deletions failed during the rollout:\n%s", len(failed), strings.Join(failed, "\n"))
 	}
-	t.Logf("%d pods created during the rollout (one every 500 ms, both nodes in turn), every one Ready with no failed ADD", len(churned))
-	for _, p := range churned {
-		_ = deletePod(ctx, p.namespace, p.name)
-	}
-
-	receiver := runPod(t, "default", "after-upgrade", n1, nil)
-	const port = 7402
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	to := netip.AddrPortFrom(receiver.ip4, port)
-	forged := netip.MustParseAddr("10.244.0.251")
-	if err := packets.SendFrom(old.netns, forged, to, "forged", 5); err != nil {
-		t.Fatal(err)
-	}
-	if err := packets.SendFrom(old.netns, old.ip4, to, "genuine", 5); err != nil {
-		t.Fatal(err)
-	}
-	if !sink.WaitGot(old.ip4, "genuine", 10*time.Second) {
-		t.Fatalf("the genuine datagrams of the pod wired before the upgrade did not reach the pod wired after it")
-	}
-	time.Sleep(200 * time.Millisecond)
-	if sink.Got(forged, "forged") {
-		t.Errorf("after the upgrade, a datagram forged from %s by the pod wired before it reached %s", forged, to)
-	}
+	t.Logf("%d samples of the old pod during the rollout: every forged one dropped, genuine ones delivered; %d pods running at its end, each checked; no sandbox creation or deletion failed",
+		sampled, len(running))
 }
 
-// churn creates a pod every interval, on the nodes in turn, until stop.
+// churn creates a pod every interval, on the nodes in turn, and deletes
+// each lifetime pods later (0: never), until stop.
 type churn struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	mu     sync.Mutex
-	pods   []*pod
+	pods   []*pod // created and not deleted
+	total  int
 	err    error
 }
 
-// startChurn starts creating pods named PREFIX-N (not waiting for them).
-func startChurn(ctx context.Context, t *testing.T, prefix string, interval time.Duration) *churn {
+// startChurn starts creating pods named PREFIX-N, labelled churn=PREFIX
+// (not waiting for them).
+func startChurn(ctx context.Context, t *testing.T, prefix string, interval time.Duration, lifetime int) *churn {
 	ctx, cancel := context.WithCancel(ctx)
 	ch := &churn{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -139,11 +181,17 @@ func startChurn(ctx context.Context, t *testing.T, prefix string, interval time.
 			name := fmt.Sprintf("%s-%d", prefix, i)
 			err := createPod(ctx, "default", name, n, map[string]string{"churn": prefix}, nil)
 			ch.mu.Lock()
+			if err == nil {
+				ch.total++
+				ch.pods = append(ch.pods, &pod{namespace: "default", name: name, node: n})
+				if lifetime > 0 && len(ch.pods) > lifetime {
+					p := ch.pods[0]
+					ch.pods = ch.pods[1:]
+					err = deletePod(ctx, p.namespace, p.name)
+				}
+			}
 			if err != nil && ctx.Err() == nil && ch.err == nil {
 				ch.err = err
-			}
-			if err == nil {
-				ch.pods = append(ch.pods, &pod{namespace: "default", name: name, node: n})
 			}
 			ch.mu.Unlock()
 		}
@@ -151,35 +199,46 @@ func startChurn(ctx context.Context, t *testing.T, prefix string, interval time.
 	t.Cleanup(func() {
 		ch.cancel()
 		<-ch.done
-		for _, p := range ch.pods {
-			_ = deletePod(context.Background(), p.namespace, p.name)
-		}
+		ch.deleteAll(context.Background())
 	})
 	return ch
 }
 
-// stop stops the churn and returns the pods it created.
-func (ch *churn) stop(t *testing.T) []*pod {
+// stop stops the churn and returns how many pods it created and those
+// not deleted.
+func (ch *churn) stop(t *testing.T) (int, []*pod) {
 	t.Helper()
 	ch.cancel()
 	<-ch.done
 	if ch.err != nil {
 		t.Fatalf("churn: %v", ch.err)
 	}
-	return ch.pods
+	return ch.total, ch.pods
 }
 
-// sandboxFailures lists the FailedCreatePodSandBox events of the default
-// namespace's pods whose names start with prefix.
+// deleteAll deletes the pods the churn left.
+func (ch *churn) deleteAll(ctx context.Context) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for _, p := range ch.pods {
+		_ = deletePod(ctx, p.namespace, p.name)
+	}
+	ch.pods = nil
+}
+
+// sandboxFailures lists the FailedCreatePodSandBox and FailedKillPod
+// events (a failed CNI ADD, a failed teardown) of the default namespace's
+// pods whose names start with prefix.
 func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string {
 	t.Helper()
-	b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/events?fieldSelector=reason%3DFailedCreatePodSandBox", nil)
+	b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/events", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var list struct {
 		Items []struct {
 			InvolvedObject struct{ Name string } `json:"involvedObject"`
+			Reason         string                `json:"reason"`
 			Message        string                `json:"message"`
 			Count          int                   `json:"count"`
 		} `json:"items"`
@@ -189,8 +248,9 @@ func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string 
 	}
 	var failed []string
 	for _, ev := range list.Items {
-		if strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
-			failed = append(failed, fmt.Sprintf("%s (x%d): %s", ev.InvolvedObject.Name, ev.Count, ev.Message))
+		bad := ev.Reason == "FailedCreatePodSandBox" || ev.Reason == "FailedKillPod"
+		if bad && strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
+			failed = append(failed, fmt.Sprintf("%s %s (x%d): %s", ev.Reason, ev.InvolvedObject.Name, ev.Count, ev.Message))
 		}
 	}
 	return failed
