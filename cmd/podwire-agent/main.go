@@ -41,6 +41,7 @@ func main() {
 // so that main reports run's error in that format.
 func run(logp **slog.Logger) error {
 	node := flag.String("node-name", os.Getenv("NODE_NAME"), "this node's name (the DaemonSet sets NODE_NAME from spec.nodeName)")
+	id := flag.String("id", os.Getenv("POD_UID"), "this agent's ID in stateDir's owner file: its pod's UID (the DaemonSet sets POD_UID from metadata.uid; empty: unique to the process)")
 	stateDir := flag.String("state-dir", config.DefaultStateDir, "podwire's stateDir (host path, mounted at the same path)")
 	confDir := flag.String("cni-conf-dir", "/etc/cni/net.d", "the host's CNI conf dir")
 	binDir := flag.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI bin dir")
@@ -105,7 +106,7 @@ func run(logp **slog.Logger) error {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
-		Node: *node, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
+		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
 		Version:   buildinfo.Version,
 		Chain:     agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 		Cluster:   agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),

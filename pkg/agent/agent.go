@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +49,9 @@ import (
 type Config struct {
 	Node     string
 	StateDir string
+	// ID names this agent in stateDir's owner file (handover.go): the
+	// pod's UID (the DaemonSet's POD_UID), unique per agent process.
+	ID string
 	// Socket is the unix socket the plugin asks (default StateDir/agent.sock).
 	Socket string
 	Chain  Chain
@@ -88,6 +90,9 @@ type Agent struct {
 	tablesVerified bool
 	// clusterWritten: the cluster's CIDRs have been written once.
 	clusterWritten bool
+	// successor is the agent that took the node over ("" while this one
+	// owns it): then this one changes nothing more (handover.go).
+	successor string
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -98,6 +103,10 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 3 * time.Second
+	}
+	if cfg.ID == "" {
+		// Outside a pod: unique to this process.
+		cfg.ID = fmt.Sprintf("pid-%d-%x", os.Getpid(), time.Now().UnixNano())
 	}
 	return &Agent{
 		cfg: cfg, log: log, events: events, m: newMetrics(cfg.Version),
@@ -118,6 +127,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
 	if err := a.clearUninstalled(); err != nil {
+		return err
+	}
+	// The node is this agent's from now on: an agent it replaces (a surge
+	// rollout runs both for a few seconds) stops changing the node at its
+	// next step.
+	if err := a.claim(); err != nil {
 		return err
 	}
 	// The socket first: during a rolling upgrade the plugin's ADDs wait
@@ -150,7 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	if a.cfg.MetricsAddr != "" {
-		if err := a.m.serve(ctx, a.cfg.MetricsAddr); err != nil {
+		if err := a.m.serve(ctx, a.cfg.MetricsAddr, a.log); err != nil {
 			return err
 		}
 	}
@@ -174,6 +189,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if a.superseded() {
+				a.log.Info("agent stopping: superseded, podwire stays on the node")
+				return nil
+			}
 			a.stop()
 			return nil
 		case ev := <-watch.Events:
@@ -184,8 +203,18 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("conf dir watch", "error", err)
 		case <-settle:
 			settle = nil
-			a.syncChain(ctx)
+			if !a.superseded() {
+				a.syncChain(ctx)
+			}
 		case <-tick.C:
+			if a.superseded() {
+				// Still ticking for /healthz; nothing of the node is
+				// this agent's to change.
+				a.mu.Lock()
+				a.ticked = time.Now()
+				a.mu.Unlock()
+				continue
+			}
 			// A marker written while this agent runs (an older agent's
 			// stop, decided as an uninstall, racing a reinstall): this
 			// agent keeps podwire on the node.
@@ -373,10 +402,6 @@ func (a *Agent) readyLocked() error {
 // serveHealth serves /healthz (the drift loop ticked recently) and /readyz
 // (readyLocked) for the DaemonSet's probes.
 func (a *Agent) serveHealth(ctx context.Context) error {
-	ln, err := net.Listen("tcp", a.cfg.HealthAddr)
-	if err != nil {
-		return fmt.Errorf("failed to listen on %s: %w", a.cfg.HealthAddr, err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		a.mu.Lock()
@@ -399,9 +424,7 @@ func (a *Agent) serveHealth(ctx context.Context) error {
 		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); srv.Close() }()
-	go func() { _ = srv.Serve(ln) }()
-	return nil
+	return serveWhenFree(ctx, a.cfg.HealthAddr, "/healthz and /readyz", srv, a.log)
 }
 
 // writePrimaryType writes the chain's primary plugin type into stateDir

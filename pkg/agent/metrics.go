@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -280,15 +280,9 @@ func (m *metrics) observe(op string, resp *agentapi.Response, took time.Duration
 }
 
 // serve serves /metrics on addr until ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("failed to listen on %s for /metrics: %w", addr, err)
-	}
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { <-ctx.Done(); srv.Close() }()
-	go func() { _ = srv.Serve(ln) }()
-	return nil
+	return serveWhenFree(ctx, addr, "/metrics", srv, log)
 }

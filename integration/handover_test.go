@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/podwire/podwire/pkg/agent"
+	"github.com/podwire/podwire/pkg/install"
+)
+
+// handoverHealth is the agents' health address inside the node netns (the
+// node's own loopback): both agents of a surge ask for the same port, as
+// the DaemonSet's two pods on a node do.
+const handoverHealth = "127.0.0.1:9765"
+
+// startHandoverAgent runs an agent with id and podwire's entry on u until
+// the returned stop (as SIGTERM ends it), and waits until it is Ready.
+func (u *uninstallNode) startHandoverAgent(id string, entry map[string]any) (stop func()) {
+	t := u.t
+	t.Helper()
+	e, err := json.Marshal(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := agent.New(agent.Config{
+		Node: "worker-1", ID: id, StateDir: u.stateDir(), Interval: 500 * time.Millisecond, HealthAddr: handoverHealth,
+		Chain: agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
+	}, u.md, nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)).With("agent", id))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- u.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %s: %v", id, err)
+		}
+	}
+	t.Cleanup(stop)
+	if err := eventually(10*time.Second, func() error {
+		if st := a.Status(); !st.Ready {
+			return fmt.Errorf("agent %s not ready: %+v", id, st)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return stop
+}
+
+// entryLogFile is the logFile of podwire's entry in the node's conflist.
+func (u *uninstallNode) entryLogFile() string {
+	u.t.Helper()
+	data, err := os.ReadFile(u.primary())
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	raw, ok, err := install.Entry(data)
+	if err != nil || !ok {
+		u.t.Fatalf("no podwire entry in %s: %v", u.primary(), err)
+	}
+	var e struct{ LogFile string }
+	if err := json.Unmarshal(raw, &e); err != nil {
+		u.t.Fatal(err)
+	}
+	return e.LogFile
+}
+
+// readyz GETs /readyz on the node's health address; it returns the body.
+// The transport dials in goroutines of its own: each dial enters the node
+// netns itself.
+func (u *uninstallNode) readyz() (string, error) {
+	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var conn net.Conn
+			err := u.ns.Do(func(ns.NetNS) error {
+				var err error
+				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		}}}
+	resp, err := c.Get("http://" + handoverHealth + "/readyz")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return string(b), fmt.Errorf("/readyz: %s: %s", resp.Status, b)
+	}
+	return string(b), nil
+}
+
+// TestSurgeHandover: two agents on one node, as a surge rollout of the
+// DaemonSet (maxSurge 1, maxUnavailable 0) runs them for a few seconds,
+// the new one with a changed entry (its logFile). The new one, started
+// last, takes the node over: its entry is in the chain within a drift
+// tick and stays there for the next ten ticks, every sample (the old
+// agent, superseded, no longer puts its own back); the plugin's socket is
+// the new agent's. The health port, held by the old agent, is the new
+// one's once the old has stopped; the stopping old agent changes nothing
+// on the node (its entry does not come back, the socket path stays).
+func TestSurgeHandover(t *testing.T) {
+	u := newUninstallNode(t)
+	oldLog, newLog := filepath.Join(u.dir, "old.log"), filepath.Join(u.dir, "new.log")
+	stopOld := u.startHandoverAgent("pod-old", u.podwireEntry(map[string]any{"logFile": oldLog}))
+	if got := u.entryLogFile(); got != oldLog {
+		t.Fatalf("the old agent's entry: logFile %q, want %q", got, oldLog)
+	}
+	if err := eventually(5*time.Second, func() error { _, err := u.readyz(); return err }); err != nil {
+		t.Fatalf("the old agent's /readyz: %v", err)
+	}
+
+	stopNew := u.startHandoverAgent("pod-new", u.podwireEntry(map[string]any{"logFile": newLog}))
+	if err := eventually(5*time.Second, func() error {
+		if got := u.entryLogFile(); got != newLog {
+			return fmt.Errorf("logFile %q", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the new agent's entry never reached the chain: %v", err)
+	}
+	// Ten drift ticks of both agents, sampled every 100 ms.
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := u.entryLogFile(); got != newLog {
+			t.Fatalf("while both agents run, the chain went back to logFile %q: the old agent still writes the node", got)
+		}
+	}
+	// The socket path is the new agent's: it answers a pod lookup.
+	sock := filepath.Join(u.stateDir(), "agent.sock")
+	if err := u.ns.Do(func(ns.NetNS) error {
+		c, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("nothing answers %s with both agents running: %v", sock, err)
+	}
+
+	stopOld()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the old agent's stop removed the socket its successor serves: %v", err)
+	}
+	if err := eventually(5*time.Second, func() error { _, err := u.readyz(); return err }); err != nil {
+		t.Fatalf("the new agent never took the health port over after the old one stopped: %v", err)
+	}
+	if got := u.entryLogFile(); got != newLog {
+		t.Fatalf("after the old agent's stop the chain has logFile %q, want the new agent's %q", got, newLog)
+	}
+	stopNew()
+}
