@@ -147,15 +147,28 @@ func (u *uninstallNode) tables() []string {
 	return out
 }
 
+// forge is spoofSetup with another address: pod p gets addr, which it
+// does not own, and the node a route back to it through p.
+func (u *uninstallNode) forge(p *pod, addr string) netip.Addr {
+	u.t.Helper()
+	doIn(u.t, p.ns, [][]string{{"ip", "addr", "add", addr + "/32", "dev", "eth0"}})
+	u.do(func() error {
+		return runAll([][]string{{"ip", "route", "add", addr + "/32", "via", p.v4.String(), "dev", p.hostIf()}})
+	})
+	return netip.MustParseAddr(addr)
+}
+
 func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 
 // TestUninstallLastDelCleansNode: an agent stopped while its DaemonSet is
 // in place (a restart, an update) changes nothing. Stopped after the
-// DaemonSet's deletion, it takes podwire's entry out of the conflist at
-// once; the binary, tables and records stay while pods podwire wired are
-// left, and the remaining pod is still source-checked (a forged source is
-// dropped) between the two DELs; the last DEL, run by the runtime from its
-// cached config, removes the binary, the tables and stateDir. A reinstall
+// DaemonSet's deletion, it marks the uninstall: podwire's entry, binary,
+// tables and records stay while pods podwire wired are left (containerd
+// runs their DEL through the chain it has then), the remaining pod is
+// still source-checked (a forged source is dropped) between the DELs, and
+// a pod created meanwhile is not wired (its forged source passes). The
+// last DEL, run by the runtime from its config, takes the entry out of the
+// conflist and removes the binary, the tables and stateDir. A reinstall
 // then wires a new pod as before.
 func TestUninstallLastDelCleansNode(t *testing.T) {
 	u := newUninstallNode(t)
@@ -189,35 +202,44 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	if u.chainHasPodwire() {
-		data, _ := os.ReadFile(u.primary())
-		t.Fatalf("podwire's entry still in the conflist after the uninstall:\n%s", data)
+	if !exists(filepath.Join(u.stateDir(), install.UninstalledName)) {
+		t.Fatal("no uninstall marker after the agent's stop for an uninstall")
 	}
-	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
-		t.Fatalf("conf dir after the uninstall: %v, want only the primary's conflist", files)
+	if !u.chainHasPodwire() || !exists(u.binary()) || len(u.records()) != 2 || len(u.tables()) == 0 {
+		t.Fatalf("entry %v, binary %v, records %v, tables %v: want all kept while pods are wired", u.chainHasPodwire(), exists(u.binary()), u.records(), u.tables())
 	}
-	if !exists(u.binary()) || len(u.records()) != 2 || len(u.tables()) == 0 {
-		t.Fatalf("binary %v, records %v, tables %v: want all kept while pods are wired", exists(u.binary()), u.records(), u.tables())
-	}
-
-	if err := p1.del(); err != nil {
-		t.Fatalf("DEL of the first pod after the uninstall: %v\nlog:\n%s", err, u.log())
-	}
-	if !exists(u.binary()) || len(u.records()) != 1 || len(u.tables()) == 0 {
-		t.Fatalf("after the first DEL: binary %v, records %v, tables %v: want all kept for the second pod", exists(u.binary()), u.records(), u.tables())
-	}
-	if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
-		t.Fatalf("forged source %s passed between the DELs: the remaining pod is no longer checked", spoof)
-	}
-	if err := dialTCP(p2.ns, p2.v4, dst, time.Second); err != nil {
-		t.Fatalf("the remaining pod's own traffic: %v", err)
+	// A pod created now is not wired: its forged source passes.
+	p3 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
+	spoof3 := u.forge(p3, "10.99.0.6")
+	if err := eventually(3*time.Second, func() error { return dialTCP(p3.ns, spoof3, dst, time.Second) }); err != nil {
+		t.Fatalf("a pod created after the uninstall is still checked (forged %s: %v)", spoof3, err)
 	}
 
-	if err := p2.del(); err != nil {
+	for i, p := range []*pod{p1, p2} {
+		if err := p.del(); err != nil {
+			t.Fatalf("DEL %d after the uninstall: %v\nlog:\n%s", i+1, err, u.log())
+		}
+		if !u.chainHasPodwire() || !exists(u.binary()) || len(u.records()) != 2-i || len(u.tables()) == 0 {
+			t.Fatalf("after DEL %d: entry %v, binary %v, records %v, tables %v: want all kept for the pods left", i+1, u.chainHasPodwire(), exists(u.binary()), u.records(), u.tables())
+		}
+		if i == 0 {
+			if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
+				t.Fatalf("forged source %s passed between the DELs: the remaining pod is no longer checked", spoof)
+			}
+			if err := dialTCP(p2.ns, p2.v4, dst, time.Second); err != nil {
+				t.Fatalf("the remaining pod's own traffic: %v", err)
+			}
+		}
+	}
+
+	if err := p3.del(); err != nil {
 		t.Fatalf("last DEL after the uninstall: %v\nlog:\n%s", err, u.log())
 	}
-	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
-		t.Fatalf("after the last DEL: binary %v, stateDir %v, tables %v: want none\nlog:\n%s", exists(u.binary()), exists(u.stateDir()), u.tables(), u.log())
+	if u.chainHasPodwire() || exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the last DEL: entry %v, binary %v, stateDir %v, tables %v: want none\nlog:\n%s", u.chainHasPodwire(), exists(u.binary()), exists(u.stateDir()), u.tables(), u.log())
+	}
+	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
+		t.Fatalf("conf dir after the last DEL: %v, want only the primary's conflist", files)
 	}
 	if !strings.Contains(u.log(), "last attachment gone, node cleaned") {
 		t.Fatalf("the last DEL did not log the cleanup:\n%s", u.log())
@@ -230,16 +252,16 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.startAgent()
-	p3 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
-	spoof3 := spoofSetup(t, u.node, p3, false)
-	if err := dialTCP(p3.ns, spoof3, dst, time.Second); err == nil {
-		t.Fatalf("forged source %s of a pod wired after the reinstall passed", spoof3)
+	p4 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
+	spoof4 := u.forge(p4, "10.99.0.7")
+	if err := dialTCP(p4.ns, spoof4, dst, time.Second); err == nil {
+		t.Fatalf("forged source %s of a pod wired after the reinstall passed", spoof4)
 	}
-	if err := p3.del(); err != nil {
+	if err := p4.del(); err != nil {
 		t.Fatal(err)
 	}
-	if !exists(u.binary()) {
-		t.Fatal("a DEL after the reinstall removed the binary")
+	if !exists(u.binary()) || !u.chainHasPodwire() {
+		t.Fatal("a DEL after the reinstall removed podwire")
 	}
 }
 

@@ -55,6 +55,7 @@ func run(logp **slog.Logger) error {
 	logLevel := flag.String("log-level", "info", "least level logged: debug, info, warn or error")
 	uninstall := flag.Bool("cni-uninstall", false, "when the agent's stop is an uninstall (its DaemonSet --daemonset is gone), take podwire out of the chain, and out of the node with the last DEL")
 	daemonSet := flag.String("daemonset", "", "the agent's own DaemonSet as NAMESPACE/NAME, which --cni-uninstall watches")
+	hostConfDir := flag.String("host-cni-conf-dir", "", "the node's path of --cni-conf-dir when the agent sees it elsewhere (a hostPath mount): the uninstall marker names the node's paths (empty: --cni-conf-dir)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -108,7 +109,7 @@ func run(logp **slog.Logger) error {
 	a := agent.New(agent.Config{
 		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
 		Version:   buildinfo.Version,
-		Chain:     agent.Chain{ConfDir: *confDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Chain:     agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 		Cluster:   agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 		Uninstall: un,
 	}, md, core, log)

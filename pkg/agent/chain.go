@@ -2,11 +2,11 @@ package agent
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/podwire/podwire/pkg/install"
 )
@@ -58,6 +58,11 @@ type Chain struct {
 	Entry []byte
 	// Mode is ModeAuto, ModeEdit or ModeDerive.
 	Mode string
+	// HostConfDir is where the node has ConfDir, when the agent sees it
+	// at another path (a hostPath mount, /host/etc/cni/net.d): the
+	// uninstall marker names the node's paths, for the plugin's last DEL.
+	// "" means ConfDir.
+	HostConfDir string
 }
 
 // SyncResult says what Sync found and did.
@@ -153,46 +158,30 @@ func (c *Chain) primary() (path, typ string, err error) {
 	return "", "", fmt.Errorf("no primary CNI conflist in %q yet", c.ConfDir)
 }
 
-// Remove takes podwire out of the chain, for an uninstall: it deletes the
-// derived conflist (ModeDerive: the primary's file was never touched) and
-// removes podwire's entry from the primary's conflist and from conflist
-// (the file Sync last wrote, when it differs; "" for none), keeping every
-// other plugin as it is (ModeEdit; the primary's installer may have
-// rewritten its file since, so the entry is removed rather than a backup
-// restored). The backup of that edit (BackupSuffix), which holds the entry,
-// goes too. It returns the files changed; missing files are not errors.
-func (c *Chain) Remove(conflist string) ([]string, error) {
-	var changed []string
-	derived := filepath.Join(c.ConfDir, DerivedName)
-	if err := os.Remove(derived); err == nil {
-		changed = append(changed, derived)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return changed, fmt.Errorf("failed to remove derived conflist %q: %w", derived, err)
-	}
-	files := []string{}
+// files are the files that hold podwire in the chain, in the agent's view:
+// the primary's conflist and conflist (the file Sync last wrote, when it
+// differs; "" for none), and the derived conflist (ModeDerive).
+func (c *Chain) files(conflist string) (conflists []string, derived string) {
+	derived = filepath.Join(c.ConfDir, DerivedName)
 	if primary, _, err := c.primary(); err == nil {
-		files = append(files, primary)
+		conflists = append(conflists, primary)
 	}
-	if conflist != "" && conflist != derived && !slices.Contains(files, conflist) {
-		files = append(files, conflist)
+	if conflist != "" && conflist != derived && !slices.Contains(conflists, conflist) {
+		conflists = append(conflists, conflist)
 	}
-	for _, f := range files {
-		res, err := install.Uninstall(install.Options{Conflist: f})
-		if err != nil {
-			return changed, err
-		}
-		if res.ConflistChanged {
-			changed = append(changed, f)
-		}
-		bak := f + install.BackupSuffix
-		if data, err := os.ReadFile(bak); err == nil {
-			if _, ok, _ := install.Entry(data); ok {
-				if err := os.Remove(bak); err != nil {
-					return changed, fmt.Errorf("failed to remove backup %q: %w", bak, err)
-				}
-				changed = append(changed, bak)
-			}
-		}
+	return conflists, derived
+}
+
+// nodePath is the node's path of p, a path under ConfDir: the plugin, run
+// by the runtime, sees the conf dir at HostConfDir ("" = ConfDir: the
+// agent runs on the node itself).
+func (c *Chain) nodePath(p string) string {
+	if c.HostConfDir == "" {
+		return p
 	}
-	return changed, nil
+	rel, err := filepath.Rel(c.ConfDir, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return filepath.Join(c.HostConfDir, rel)
 }

@@ -120,8 +120,7 @@ func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) 
 }
 
 // stop runs when the agent's context ends: with cni.uninstall, if the
-// stop is an uninstall (Decide), podwire is taken out of the node's chain
-// and the uninstall marker left for the last DEL (uninstallNode).
+// stop is an uninstall (Decide), podwire leaves the node (uninstallNode).
 func (a *Agent) stop() {
 	if a.cfg.Uninstall == nil {
 		a.log.Info("agent stopping: podwire stays on the node (cni.uninstall off)")
@@ -134,23 +133,25 @@ func (a *Agent) stop() {
 		a.log.Info("agent stopping: podwire stays on the node", "reason", reason)
 		return
 	}
-	a.log.Info("agent stopping for an uninstall: taking podwire out of the chain", "reason", reason)
+	a.log.Info("agent stopping for an uninstall", "reason", reason)
 	if err := a.uninstallNode(reason); err != nil {
 		a.log.Error("uninstall incomplete", "error", err)
 	}
 }
 
-// uninstallNode takes podwire out of the node under the node lock: the
-// marker first (so that the last DEL finishes what is left), then the
-// chain entry (Chain.Remove); if no attachment is recorded, at once the
-// tables, the bridge, stateDir and the binary (install.FinishUninstall).
-// Otherwise they stay for the records' pods: their DEL needs the binary
-// and the records, and they keep their checks until then.
+// uninstallNode writes the uninstall marker under the node lock, naming
+// the files that hold podwire in the chain (the node's paths). If no
+// attachment is recorded, podwire leaves the node at once: the entry, the
+// binary, the tables, the bridge and stateDir (install.FinishUninstall).
+// Otherwise all of it stays until the DEL of the last pod podwire wired:
+// containerd runs a pod's DEL through the chain it has then, so that DEL
+// needs podwire's entry, and the binary. Meanwhile the plugin's ADD wires
+// no new pod.
 func (a *Agent) uninstallNode(reason string) error {
 	a.mu.Lock()
 	conflist := a.status.Conflist
 	a.mu.Unlock()
-	// The entry names the node resources: read it before it goes.
+	// The entry names the node resources.
 	entry := a.cfg.Chain.Entry
 	if conflist != "" {
 		if data, err := os.ReadFile(conflist); err == nil {
@@ -168,26 +169,28 @@ func (a *Agent) uninstallNode(reason string) error {
 		return err
 	}
 	defer unlock()
-	if err := install.MarkUninstalled(a.cfg.StateDir, reason); err != nil {
+	conflists, derived := a.cfg.Chain.files(conflist)
+	m := install.Marker{Time: time.Now().UTC(), Reason: reason, Derived: a.cfg.Chain.nodePath(derived)}
+	for _, f := range conflists {
+		m.Conflists = append(m.Conflists, a.cfg.Chain.nodePath(f))
+	}
+	if err := install.MarkUninstalled(a.cfg.StateDir, m); err != nil {
 		return err
 	}
-	changed, err := a.cfg.Chain.Remove(conflist)
-	if err != nil {
-		return err
-	}
-	a.log.Info("podwire taken out of the chain", "files", changed)
 	bin := ""
 	if a.cfg.Chain.BinDir != "" {
 		bin = filepath.Join(a.cfg.Chain.BinDir, install.PluginType)
 	}
-	res, done, err := install.FinishUninstall(install.NodeOptions{StateDir: a.cfg.StateDir, Bridge: conf.Bridge, Uplink: conf.Uplink}, bin)
+	res, done, err := install.FinishUninstall(install.NodeOptions{StateDir: a.cfg.StateDir, Bridge: conf.Bridge, Uplink: conf.Uplink},
+		&install.Marker{Conflists: conflists, Derived: derived}, bin)
 	if err != nil {
 		return err
 	}
 	if done {
-		a.log.Info("no attachment recorded: node cleaned", "binary", res.Binary, "tables", res.Tables, "bridge", res.Bridge, "stateDir", res.StateDir, "kept", res.Kept)
+		a.log.Info("no attachment recorded: podwire removed from the node", "conflists", res.Conflists, "binary", res.Binary,
+			"tables", res.Tables, "bridge", res.Bridge, "stateDir", res.StateDir, "kept", res.Kept)
 	} else {
-		a.log.Info("the last DEL on the node removes the rest", "kept", res.Kept)
+		a.log.Info("the entry, the binary and the tables stay until the DEL of the last pod podwire wired; new pods are not wired", "kept", res.Kept)
 	}
 	return nil
 }

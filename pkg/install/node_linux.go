@@ -33,12 +33,14 @@ type NodeOptions struct {
 
 // NodeResult reports what RemoveNode removed.
 type NodeResult struct {
-	// Binary is the plugin binary FinishUninstall removed.
-	Binary   string   `json:"binary,omitempty"`
-	Tables   []string `json:"tables,omitempty"`
-	Bridge   string   `json:"bridge,omitempty"`
-	Uplink   string   `json:"uplink,omitempty"`
-	StateDir string   `json:"stateDir,omitempty"`
+	// Conflists and Binary are the files FinishUninstall changed or
+	// removed.
+	Conflists []string `json:"conflists,omitempty"`
+	Binary    string   `json:"binary,omitempty"`
+	Tables    []string `json:"tables,omitempty"`
+	Bridge    string   `json:"bridge,omitempty"`
+	Uplink    string   `json:"uplink,omitempty"`
+	StateDir  string   `json:"stateDir,omitempty"`
 	// Kept explains what was left in place and why.
 	Kept []string `json:"kept,omitempty"`
 }
@@ -74,18 +76,28 @@ func RemoveNode(o NodeOptions) (*NodeResult, error) {
 // FinishUninstall is the last step of an uninstall on a node, run under the
 // node lock (the caller holds it) by the plugin's DEL and GC and by the
 // agent that wrote the marker: when stateDir holds the uninstall marker
-// (UninstalledName) and no attachment is recorded, it removes what
-// RemoveNode removes (the tables, the bridge if podwire made it, stateDir
-// with the marker) and the plugin binary at binary ("" keeps binaries).
+// (UninstalledName) and no attachment is recorded, it takes podwire out of
+// the chain (RemoveFromChain of chain, or of the marker's paths when chain
+// is nil), then removes the plugin binary at binary ("" keeps binaries;
 // Linux lets a running executable unlink itself: the plugin passes its own
-// path. Without the marker it does nothing. While attachments are recorded,
-// or when a record cannot be read (a record might name a pod), it removes
-// nothing and says why in Kept: those pods keep their checks, and their DEL
-// needs the binary. done reports whether the node was cleaned.
-func FinishUninstall(o NodeOptions, binary string) (res *NodeResult, done bool, err error) {
+// path) and what RemoveNode removes (the tables, the bridge if podwire made
+// it, stateDir with the marker). Without the marker it does nothing. While
+// attachments are recorded, or when a record cannot be read (a record might
+// name a pod), it removes nothing and says why in Kept: those pods keep
+// their checks, and their DEL needs the entry and the binary. done reports
+// whether the node was cleaned.
+func FinishUninstall(o NodeOptions, chain *Marker, binary string) (res *NodeResult, done bool, err error) {
 	res = &NodeResult{}
-	if !Uninstalled(o.StateDir) {
+	m, err := ReadMarker(o.StateDir)
+	if err != nil {
+		res.Kept = append(res.Kept, fmt.Sprintf("everything: %v", err))
 		return res, false, nil
+	}
+	if m == nil {
+		return res, false, nil
+	}
+	if chain == nil {
+		chain = m
 	}
 	recs, err := state.New(o.StateDir).List()
 	if err != nil {
@@ -96,9 +108,12 @@ func FinishUninstall(o NodeOptions, binary string) (res *NodeResult, done bool, 
 		res.Kept = append(res.Kept, fmt.Sprintf("everything: %d attachments still recorded in %q", len(recs), o.StateDir))
 		return res, false, nil
 	}
-	// The binary before stateDir: until stateDir (and the marker in it)
-	// is gone, a later DEL or the agent can finish what a failure here
-	// leaves.
+	// The entry before the binary (no conflist may name a missing
+	// plugin), the binary before stateDir: until stateDir (and the marker
+	// in it) is gone, a later DEL can finish what a failure here leaves.
+	if res.Conflists, err = RemoveFromChain(chain.Conflists, chain.Derived); err != nil {
+		return res, false, err
+	}
 	if binary != "" {
 		if err := os.Remove(binary); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return res, false, fmt.Errorf("failed to remove binary %q: %w", binary, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/ruleset"
@@ -36,6 +37,9 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if s.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"podwire must be chained after a plugin that returns a result (no prevResult)", "")
+	}
+	if install.Uninstalled(s.conf.StateDir) {
+		return s.passThrough()
 	}
 	in := &planInput{conf: s.conf, containerID: args.ContainerID, ifName: args.IfName, netns: args.Netns,
 		pod: s.pod, prevResult: s.conf.Result, now: time.Now()}

@@ -320,8 +320,9 @@ func TestRender(t *testing.T) {
 			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}) {
 				t.Errorf("want the Namespace, the ServiceAccount, the ClusterRole and its binding, the Role of cni.uninstall and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
 			}
-			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") {
-				t.Errorf("args %v: want --cni-uninstall --daemonset=podwire-system/podwire-agent (cni.uninstall defaults to true)", args)
+			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") ||
+				!slices.Contains(args, "--host-cni-conf-dir=/etc/cni/net.d") {
+				t.Errorf("args %v: want --cni-uninstall --daemonset=podwire-system/podwire-agent --host-cni-conf-dir=/etc/cni/net.d (cni.uninstall defaults to true)", args)
 			}
 		},
 	}, {
@@ -329,7 +330,7 @@ func TestRender(t *testing.T) {
 		set:  []string{`cni.uninstall=false`},
 		check: func(t *testing.T, o *objects) {
 			for _, a := range o.container(t).Args {
-				if strings.HasPrefix(a, "--cni-uninstall") || strings.HasPrefix(a, "--daemonset") {
+				if strings.HasPrefix(a, "--cni-uninstall") || strings.HasPrefix(a, "--daemonset") || strings.HasPrefix(a, "--host-cni-conf-dir") {
 					t.Errorf("arg %q with cni.uninstall false", a)
 				}
 			}
