@@ -68,10 +68,12 @@ func PauseRegistryImage(dir string) (v1.Image, error) {
 // E2EAgnhostImage is agnhost as Kubernetes' e2e specs run it: upstream's
 // image (test/images/agnhost/Dockerfile) is Alpine with agnhost at
 // /agnhost, its entrypoint, and the tools the specs exec in its containers
-// (`/bin/sh -c "curl ..."`, `echo hostName | nc -v -u -w 2 IP PORT`). This
-// one holds agnhost (from k8sBinDir), and the host's busybox as /bin/sh
-// (with a few applets), curl and OpenBSD's nc, each with its libraries
-// (packages busybox-static, curl and netcat-openbsd, scripts/deps.list).
+// (`/bin/sh -c "curl ..."`, `echo hostName | nc -w 1 -u IP PORT | grep -v
+// ...`). This one holds agnhost (from k8sBinDir), and the host's dash as
+// /bin/sh, curl, OpenBSD's nc and busybox for the small tools (grep, cat,
+// ...), each with its libraries (packages dash, curl, netcat-openbsd and
+// busybox-static, scripts/deps.list). Not busybox's sh: in a container
+// (with /proc) it runs its own applets first, and its nc has no -u.
 func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 	agnhost, err := binFile(filepath.Join(k8sBinDir, "agnhost"), "/agnhost")
 	if err != nil {
@@ -79,7 +81,7 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 	}
 	files := []ImageFile{agnhost}
 	for _, p := range []struct{ name, dest string }{
-		{"busybox", "/bin/busybox"}, {"curl", "/usr/bin/curl"}, {"nc.openbsd", "/usr/bin/nc"},
+		{"dash", "/bin/sh"}, {"busybox", "/bin/busybox"}, {"curl", "/usr/bin/curl"}, {"nc.openbsd", "/usr/bin/nc"},
 	} {
 		path, err := exec.LookPath(p.name)
 		if err != nil {
@@ -91,7 +93,7 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		}
 		files = append(files, f...)
 	}
-	for _, applet := range []string{"sh", "cat", "echo", "hostname", "ls", "sleep", "test", "timeout", "wget"} {
+	for _, applet := range []string{"cat", "grep", "hostname", "ls", "sleep", "timeout", "wget"} {
 		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
 	}
 	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})
