@@ -13,11 +13,14 @@ import (
 )
 
 // TestUninstallLeavesPodsDeletable: `kubectl delete -f deploy/` (the
-// README's uninstall: DaemonSet, RBAC, namespace) removes the agent; a pod
-// wired before is still deleted cleanly through the API afterwards: the
-// DEL works from podwire's record alone, and leaves no record and no set
-// element. It runs last (this file sorts last): the node has no agent
-// afterwards.
+// README's uninstall: DaemonSet, RBAC, namespace) stops the agent, which
+// finds its DaemonSet gone (cni.uninstall) and marks the uninstall. A pod
+// podwire wired is left, so podwire's entry and binary stay: containerd
+// runs that pod's DEL through the chain it has then. The pod is deleted
+// cleanly through the API afterwards (the DEL works from podwire's record
+// alone), and that last DEL takes the entry out of the node's conflist and
+// removes the plugin binary and stateDir. It runs last (this file sorts
+// last): the node has no agent afterwards.
 func TestUninstallLeavesPodsDeletable(t *testing.T) {
 	needCluster(t)
 	p := runPod(t, "default", "outlives-agent", nil)
@@ -48,14 +51,31 @@ func TestUninstallLeavesPodsDeletable(t *testing.T) {
 			t.Fatalf("something still answers %s after the uninstall", sock)
 		}
 	}
-	t.Logf("uninstalled in %v; the entry stays in the chain: %v", time.Since(start).Round(time.Millisecond),
-		strings.Contains(readFile(t, n1.PrimaryConflist), `"podwire"`))
+	t.Logf("uninstalled in %v", time.Since(start).Round(time.Millisecond))
+	binary := n1.Path("/opt/cni/bin/podwire")
+	if !fileExists(filepath.Join(stateDir, "uninstalled")) {
+		t.Fatalf("no uninstall marker in %s after the uninstall (records: %v)", stateDir, records(t))
+	}
+	if !strings.Contains(readFile(t, n1.PrimaryConflist), `"podwire"`) || !fileExists(binary) {
+		t.Fatalf("podwire's entry in %s: %v, binary %s: %v, while %s/%s, which podwire wired, still runs: want both, for its DEL",
+			n1.PrimaryConflist, strings.Contains(readFile(t, n1.PrimaryConflist), `"podwire"`), binary, fileExists(binary), p.namespace, p.name)
+	}
 
 	start = time.Now()
 	deletePod(t, "default", "outlives-agent")
 	waitSandboxRemoved(t, p)
 	t.Logf("pod deleted and its sandbox removed %v after the delete, with no agent", time.Since(start).Round(time.Millisecond))
 	checkPodLeftNothing(t, p)
+	// The sandbox's removal ran the DELs: the last one took podwire out of
+	// the chain and removed the binary and stateDir.
+	conf := readFile(t, n1.PrimaryConflist)
+	if strings.Contains(conf, `"podwire"`) || fileExists(binary) || fileExists(stateDir) {
+		t.Fatalf("after the last pod podwire wired was deleted: binary %s there: %v, stateDir %s there: %v (records left: %v), conflist:\n%s",
+			binary, fileExists(binary), stateDir, fileExists(stateDir), records(t), conf)
+	}
+	if derived := filepath.Join(n1.CNIConfDir, "00-podwire.conflist"); fileExists(derived) {
+		t.Fatalf("%s is still there after the uninstall", derived)
+	}
 }
 
 func readFile(t *testing.T, path string) string {
