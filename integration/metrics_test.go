@@ -22,6 +22,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podwire/podwire/integration/packets"
 	"github.com/podwire/podwire/pkg/cliapi"
@@ -251,6 +252,28 @@ func TestAgentMetrics(t *testing.T) {
 			t.Errorf("podwire_refusals_total{reason=%s} rose by %v after %s's refused ADD, want 1", tc.reason, d, tc.name)
 		}
 		before = after
+	}
+	// Each refusal is also a Warning Event on the pod naming the gate,
+	// recorded asynchronously by the agent's event recorder.
+	if err := eventually(5*time.Second, func() error {
+		evs, err := ta.events.CoreV1().Events("shop").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		seen := map[string]string{}
+		for _, e := range evs.Items {
+			if e.Reason == "PodwireRefused" && e.InvolvedObject.Kind == "Pod" && e.Type == "Warning" {
+				seen[e.InvolvedObject.Name] = e.Message
+			}
+		}
+		for pod, gate := range map[string]string{"pushy": "forwarding-namespace", "garbled": "bad-annotation"} {
+			if !strings.Contains(seen[pod], gate) || !strings.Contains(seen[pod], "podwire.io/forwarding") {
+				return fmt.Errorf("no PodwireRefused Event on shop/%s naming %s and the annotation (Events: %v)", pod, gate, seen)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 
 	// Tables changed behind the agent's back are repaired and counted by

@@ -80,6 +80,9 @@ type Agent struct {
 	node   *Node
 	events corev1client.EventsGetter
 	m      *metrics
+	// podEvents records the plugin's refusals on the pods (events.go),
+	// from Run's start.
+	podEvents *podEvents
 
 	mu     sync.Mutex
 	status agentapi.Status
@@ -124,6 +127,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := ensureStateDir(a.cfg.StateDir); err != nil {
 		return err
 	}
+	a.podEvents = newPodEvents(a.events, a.cfg.Node)
+	defer a.podEvents.stop()
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
 	if err := a.clearUninstalled(); err != nil {

@@ -174,13 +174,15 @@ var knownTables = func() []string {
 	return append(out, "other")
 }()
 
-// refused counts one refusal; a reason this build does not know (a newer
-// plugin's gate) is counted as agentapi.RefusalOther.
-func (m *metrics) refused(reason string) {
+// refused counts one refusal and returns the reason it was counted under:
+// a reason this build does not know (a newer plugin's gate) is counted as
+// agentapi.RefusalOther.
+func (m *metrics) refused(reason string) string {
 	if !slices.Contains(refusalReasons, reason) {
 		reason = agentapi.RefusalOther
 	}
 	m.refusals.WithLabelValues(reason).Inc()
+	return reason
 }
 
 // repaired counts what one `podwire repair` rebuilt, deleted and re-added,

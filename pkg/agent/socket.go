@@ -59,8 +59,13 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 			"source", resp.Source, "code", resp.Code, "error", resp.Error)
 		return resp
 	case agentapi.OpRefusal:
-		a.m.refused(req.Reason)
-		a.log.Info("the plugin refused a pod", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "reason", req.Reason)
+		gate := a.m.refused(req.Reason)
+		msg := req.Message
+		if len(msg) > agentapi.MaxRefusalMessage {
+			msg = msg[:agentapi.MaxRefusalMessage] + "..."
+		}
+		a.log.Info("the plugin refused a pod", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "reason", gate, "message", msg)
+		a.podEvents.refused(req.Namespace, req.Name, req.UID, gate, msg)
 		return &agentapi.Response{}
 	case agentapi.OpStatus:
 		st := a.Status()

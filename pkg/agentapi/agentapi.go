@@ -145,6 +145,9 @@ const (
 	RefusalOther = "other"
 )
 
+// MaxRefusalMessage bounds an OpRefusal's Message, in bytes.
+const MaxRefusalMessage = 1024
+
 // RefusalReasons are the reasons this build reports (the tenancy gates'
 // of refusal_tenancy.go included), RefusalOther last.
 var RefusalReasons = []string{RefusalForwardingNamespace, RefusalRoutablePrefixes,
@@ -166,8 +169,11 @@ type Request struct {
 	Name      string `json:"name,omitempty"`
 	// UID is K8S_POD_UID: the agent refuses a pod whose UID differs.
 	UID string `json:"uid,omitempty"`
-	// Reason is an OpRefusal's gate (Refusal*).
-	Reason string `json:"reason,omitempty"`
+	// Reason is an OpRefusal's gate (Refusal*), and Message the refusal's
+	// CNI error message (at most MaxRefusalMessage bytes), for the Event
+	// the agent records on the pod.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Response is what the agent answers. Code is 0 on success, else a CNI

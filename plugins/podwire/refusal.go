@@ -28,8 +28,12 @@ func (s *session) refused(reason string, err error) error {
 	s.log.Warn("refused", "reason", reason, "error", err)
 	ctx, cancel := context.WithTimeout(context.Background(), refusalReportTimeout)
 	defer cancel()
+	msg := err.Error()
+	if len(msg) > agentapi.MaxRefusalMessage {
+		msg = msg[:agentapi.MaxRefusalMessage]
+	}
 	if rerr := agentapi.Notify(ctx, s.conf.AgentSocket, agentapi.Request{
-		Op: agentapi.OpRefusal, Reason: reason,
+		Op: agentapi.OpRefusal, Reason: reason, Message: msg,
 		Namespace: s.pod.Namespace, Name: s.pod.Name, UID: s.pod.UID,
 	}); rerr != nil {
 		// A node without the agent, or an agent of an older release.
