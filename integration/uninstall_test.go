@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,8 @@ type uninstallNode struct {
 	*node
 	binDir, confDir string
 	md              *metadatafake.FakeMetadataClient
+	// mode is the agent's chain mode (default auto: edit for ptp).
+	mode string
 }
 
 func newUninstallNode(t *testing.T) *uninstallNode {
@@ -78,7 +81,7 @@ func (u *uninstallNode) startAgent() (stop func()) {
 	}
 	a := agent.New(agent.Config{
 		Node: "worker-1", StateDir: u.stateDir(), Interval: time.Second,
-		Chain:     agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: entry, Mode: agent.ModeAuto},
+		Chain:     agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: entry, Mode: u.mode},
 		Uninstall: agent.NewUninstall(u.md, "podwire-system", "podwire-agent", 0),
 	}, u.md, nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -299,4 +302,89 @@ func TestUninstallKeepsNodeWithUnreadableRecord(t *testing.T) {
 	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
 		t.Fatalf("after the repeated DEL: binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.stateDir()), u.tables())
 	}
+}
+
+// deleteDaemonSet deletes the agent's DaemonSet, as helm uninstall does.
+func (u *uninstallNode) deleteDaemonSet() {
+	u.t.Helper()
+	if err := u.md.Resource(daemonSets).Namespace("podwire-system").Delete(context.Background(), "podwire-agent", metav1.DeleteOptions{}); err != nil {
+		u.t.Fatal(err)
+	}
+}
+
+// TestUninstallWithoutPods: on a node where podwire wired no pod (one was
+// wired and deleted before), the agent's stop for an uninstall removes
+// podwire at once: the entry and its backup, the binary, the tables and
+// stateDir; the primary's conflist is as the primary wrote it.
+func TestUninstallWithoutPods(t *testing.T) {
+	u := newUninstallNode(t)
+	original, err := os.ReadFile(u.primary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := u.startAgent()
+	p := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
+	if err := p.del(); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.tables()) == 0 {
+		t.Fatal("no podwire table before the uninstall: the test would prove nothing")
+	}
+	u.deleteDaemonSet()
+	stop()
+	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.stateDir()), u.tables())
+	}
+	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
+		t.Fatalf("conf dir: %v, want only the primary's conflist", files)
+	}
+	if got, _ := os.ReadFile(u.primary()); !jsonEqual(t, got, original) {
+		t.Fatalf("the primary's conflist after the uninstall:\n%s\nwant as the primary wrote it:\n%s", got, original)
+	}
+}
+
+// TestUninstallDeriveMode: in derive mode (a primary like Cilium's, whose
+// file podwire never touches) the last DEL removes the derived conflist,
+// 00-podwire.conflist, that kept podwire in the chain until then.
+func TestUninstallDeriveMode(t *testing.T) {
+	u := newUninstallNode(t)
+	u.mode = agent.ModeDerive
+	original, err := os.ReadFile(u.primary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := u.startAgent()
+	derived := filepath.Join(u.confDir, agent.DerivedName)
+	list, err := libcni.ConfListFromFile(derived)
+	if err != nil {
+		t.Fatalf("no derived conflist: %v", err)
+	}
+	p := u.mustAddPod(podSpec{version: "0.3.1", list: list})
+	u.deleteDaemonSet()
+	stop()
+	if !exists(derived) || !exists(u.binary()) {
+		t.Fatalf("derived conflist %v, binary %v: want both kept while the pod runs", exists(derived), exists(u.binary()))
+	}
+	if err := p.del(); err != nil {
+		t.Fatalf("DEL: %v\nlog:\n%s", err, u.log())
+	}
+	if exists(derived) || exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the last DEL: derived %v, binary %v, stateDir %v, tables %v: want none", exists(derived), exists(u.binary()), exists(u.stateDir()), u.tables())
+	}
+	if got, _ := os.ReadFile(u.primary()); string(got) != string(original) {
+		t.Fatalf("the primary's conflist changed in derive mode:\n%s", got)
+	}
+}
+
+// jsonEqual compares two JSON documents by value.
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatal(err)
+	}
+	return reflect.DeepEqual(x, y)
 }
