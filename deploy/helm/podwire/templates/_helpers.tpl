@@ -20,12 +20,13 @@ capability are always written.
 {{- define "podwire.entry" -}}
 {{- $c := .Values.config -}}
 {{- $e := dict "type" "podwire" "capabilities" (dict "io.kubernetes.cri.pod-annotations" $c.runtimeAnnotations) "sourceCheck" $c.sourceCheck -}}
-{{- range $k := list "logFile" "logFileMaxSize" "logFileMaxBackups" "logFileMaxAge" "bridge" "uplink" "mtu" "podIfName" "vlan" "vlanTrunk" "allowedVLANs" -}}
+{{- range $k := list "logFile" "logFileMaxSize" "logFileMaxBackups" "logFileMaxAge" "bridge" "uplink" "mtu" "podIfName" "vlan" "vlanTrunk" "allowedVLANs" "vlanGrants" -}}
 {{- with index $c $k }}{{ $_ := set $e $k . }}{{ end -}}
 {{- end -}}
 {{- $fw := dict -}}
 {{- with $c.forwarding.namespaces }}{{ $_ := set $fw "namespaces" . }}{{ end -}}
 {{- with $c.forwarding.routablePrefixes }}{{ $_ := set $fw "routablePrefixes" . }}{{ end -}}
+{{- with $c.forwarding.sourcePrefixes }}{{ $_ := set $fw "sourcePrefixes" . }}{{ end -}}
 {{- with $fw }}{{ $_ := set $e "forwarding" . }}{{ end -}}
 {{- $ps := dict -}}
 {{- with $c.probeSNAT.preset }}{{ $_ := set $ps "preset" . }}{{ end -}}
@@ -40,6 +41,7 @@ capability are always written.
 {{- with $c.egress.ips }}{{ $_ := set $eg "ips" . }}{{ end -}}
 {{- with $c.egress.exceptCIDRs }}{{ $_ := set $eg "exceptCIDRs" . }}{{ end -}}
 {{- if $c.egress.nodeAnnotation }}{{ $_ := set $eg "nodeAnnotation" true }}{{ end -}}
+{{- with $c.egress.allowedCIDRs }}{{ $_ := set $eg "allowedCIDRs" . }}{{ end -}}
 {{- with $eg }}{{ $_ := set $e "egress" . }}{{ end -}}
 {{- range $k, $v := $c.extra -}}
 {{- if has $k (list "type" "name" "cniVersion" "cniVersions" "plugins" "capabilities" "stateDir" "agentSocket") -}}
