@@ -5,6 +5,12 @@
 # binaries of k8s-build.sh:
 #
 #   CACHE/k8s-VERSION/e2e.test
+#   CACHE/k8s-VERSION/agnhost-files/{localhost.crt,localhost.key}
+#
+# The second are the files upstream's agnhost image adds besides the
+# binary (test/images/agnhost/Dockerfile: porter's TLS certificate and
+# key, which `agnhost porter` serves its TLS ports with), copied from the
+# same source tree.
 #
 # Usage: scripts/e2e-build.sh K8S_VERSION CACHE_DIR
 #
@@ -27,7 +33,7 @@ OUT=$CACHE/k8s-$K8S_VERSION
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
 
-if [[ -x $OUT/e2e.test && -f $OUT/.stamp-e2e && $(cat "$OUT/.stamp-e2e") == "$K8S_VERSION" ]]; then
+if [[ -x $OUT/e2e.test && -f $OUT/agnhost-files/localhost.key && -f $OUT/.stamp-e2e && $(cat "$OUT/.stamp-e2e") == "$K8S_VERSION" ]]; then
 	echo "e2e-build: $OUT/e2e.test is complete"
 	exit 0
 fi
@@ -57,8 +63,15 @@ ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 done
+src=$(cd "$work" && "$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+[[ -f $src/test/images/agnhost/porter/localhost.crt ]] || { echo "e2e-build: no test/images/agnhost/porter in $src" >&2; exit 1; }
+mkdir -p "$work/agnhost-files"
+cp "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$work/agnhost-files/"
 echo "e2e-build: go test -c k8s.io/kubernetes/test/e2e (about 4 min with a warm Go build cache)"
 (cd "$work" && time "$GO" test -c -trimpath -ldflags="$ldflags" -o e2e.test k8s.io/kubernetes/test/e2e)
 mkdir -p "$OUT"
 mv -f "$work/e2e.test" "$OUT/e2e.test"
+rm -rf "$OUT/agnhost-files"
+mv "$work/agnhost-files" "$OUT/agnhost-files"
+chmod -R a+rX "$OUT/agnhost-files"
 echo "$K8S_VERSION" >"$OUT/.stamp-e2e"

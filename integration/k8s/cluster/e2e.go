@@ -69,7 +69,10 @@ func PauseRegistryImage(dir string) (v1.Image, error) {
 // image (test/images/agnhost/Dockerfile) is Alpine with agnhost at
 // /agnhost, its entrypoint, and the tools the specs exec in its containers
 // (`/bin/sh -c "curl ..."`, `echo hostName | nc -w 1 -u IP PORT | grep -v
-// ...`). This one holds agnhost (from k8sBinDir), and the host's dash as
+// ...`), and porter's TLS certificate and key in / (`agnhost porter` reads
+// them from its working directory). This one holds agnhost and those two
+// (from k8sBinDir and its agnhost-files, scripts/e2e-build.sh), and the
+// host's dash as
 // /bin/sh, curl, OpenBSD's nc and busybox for the small tools (grep, cat,
 // ...), each with its libraries (packages dash, curl, netcat-openbsd and
 // busybox-static, scripts/deps.list). Not busybox's sh: in a container
@@ -80,6 +83,13 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		return nil, err
 	}
 	files := []ImageFile{agnhost}
+	for _, name := range []string{"localhost.crt", "localhost.key"} {
+		b, err := os.ReadFile(filepath.Join(k8sBinDir, "agnhost-files", name))
+		if err != nil {
+			return nil, fmt.Errorf("porter's %s (scripts/e2e-build.sh): %w", name, err)
+		}
+		files = append(files, ImageFile{Path: name, Mode: 0o644, Data: b})
+	}
 	for _, p := range []struct{ name, dest string }{
 		{"dash", "/bin/sh"}, {"busybox", "/bin/busybox"}, {"curl", "/usr/bin/curl"}, {"nc.openbsd", "/usr/bin/nc"},
 	} {

@@ -67,6 +67,9 @@ func TestE2EAgnhostImageRuns(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"responses":[`) {
 		t.Errorf("curl of netexec's /dial over UDP: %v: %s", err, out)
 	}
+	if out, err := sh("cat /localhost.crt /localhost.key"); err != nil || !strings.Contains(out, "BEGIN CERTIFICATE") {
+		t.Errorf("porter's certificate and key: %v: %s", err, out)
+	}
 	out, err = sh("echo hostName | nc -w 1 -u 127.0.0.1 8081 | grep -v '^\\s*$'")
 	if err != nil || strings.TrimSpace(out) == "" {
 		t.Errorf("nc -u | grep to netexec's UDP port: %v: %q", err, out)
