@@ -71,6 +71,9 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	plan, err := planAttachment(in)
 	if err != nil {
 		unlockClaims()
+		if podmeta.RefusalGate(err) != "" {
+			return s.refused("", err)
+		}
 		return err
 	}
 	x := s.attach(plan.rec)
