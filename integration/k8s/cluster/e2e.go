@@ -28,8 +28,8 @@ func WriteE2ERepoList(path string) error {
 // test binary of k8s.io/kubernetes/test/e2e) against the cluster, as the
 // admin, inside the first node's netns as Kubectl does, with the cluster's
 // kubectl, KUBE_TEST_REPO_LIST set to repoList, and its output directory
-// (--e2e-output-dir, /tmp by default) in the run's directory; args follow
-// (--ginkgo.focus, --report-dir, ...).
+// (--e2e-output-dir, /tmp by default), HOME and TMPDIR in the run's
+// directory; args follow (--ginkgo.focus, --report-dir, ...).
 func (c *Cluster) E2ECommand(ctx context.Context, bin, repoList string, args ...string) (*exec.Cmd, error) {
 	out := filepath.Join(c.Dir, "e2e-output")
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -40,7 +40,10 @@ func (c *Cluster) E2ECommand(ctx context.Context, bin, repoList string, args ...
 		"--e2e-output-dir=" + out}, args...)
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.Dir = out
-	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList, "HOME="+out)
+	// TMPDIR: e2e.test makes a directory in it whenever its specs are
+	// built, listed or not (test/e2e/kubectl's kuberc specs), and does not
+	// remove it.
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+repoList, "HOME="+out, "TMPDIR="+out)
 	return cmd, nil
 }
 
