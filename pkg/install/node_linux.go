@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/google/nftables"
@@ -146,14 +148,40 @@ func removeNodeLocked(o NodeOptions, res *NodeResult) error {
 	}
 
 	if o.StateDir != "" {
-		if _, err := os.Stat(o.StateDir); err == nil {
-			if err := os.RemoveAll(o.StateDir); err != nil {
-				return fmt.Errorf("failed to remove state dir %q: %w", o.StateDir, err)
-			}
+		removed, err := removeStateDir(o.StateDir)
+		if err != nil {
+			return err
+		}
+		if removed {
 			res.StateDir = o.StateDir
 		}
 	}
 	return nil
+}
+
+// removeStateDir removes stateDir and everything in it; removed is false
+// when there was none. When stateDir is a mount point that cannot go (the
+// agent's container sees the node's /run/podwire as a hostPath volume,
+// under a read-only root: unlinkat fails with EROFS or EBUSY), its content
+// is removed and the empty directory stays on the node (in /run, a tmpfs:
+// gone at the next boot).
+func removeStateDir(dir string) (removed bool, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("failed to read state dir %q: %w", dir, err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return false, fmt.Errorf("failed to empty state dir %q: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, syscall.EROFS) && !errors.Is(err, syscall.EBUSY) {
+		return false, fmt.Errorf("failed to remove state dir %q: %w", dir, err)
+	}
+	return true, nil
 }
 
 // CheckNoAttachments fails, naming the pods, when attachments are recorded
