@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,7 +115,8 @@ func (u *uninstallNode) readyz() (string, error) {
 // last, takes the node over: its entry is in the chain within a drift
 // tick and stays there for the next ten ticks, every sample (the old
 // agent, superseded, no longer puts its own back); the plugin's socket is
-// the new agent's. The health port, held by the old agent, is the new
+// the new agent's; the old agent answers /readyz (the kubelet's probe of
+// the new pod, on the port the old one holds) with the new one's state. The health port, held by the old agent, is the new
 // one's once the old has stopped; the stopping old agent changes nothing
 // on the node (its entry does not come back, the socket path stays).
 func TestSurgeHandover(t *testing.T) {
@@ -153,6 +155,18 @@ func TestSurgeHandover(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatalf("nothing answers %s with both agents running: %v", sock, err)
+	}
+
+	// The kubelet's probe of the new pod reaches the old agent, which
+	// still holds the port: it answers for the new one, Ready.
+	if err := eventually(5*time.Second, func() error {
+		body, err := u.readyz()
+		if err == nil && !strings.Contains(body, "new agent") {
+			err = fmt.Errorf("/readyz answered %q: the old agent's own state", body)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("with both agents running: %v", err)
 	}
 
 	stopOld()

@@ -96,6 +96,10 @@ type Agent struct {
 	// successor is the agent that took the node over ("" while this one
 	// owns it): then this one changes nothing more (handover.go).
 	successor string
+	// claimed is when this agent claimed the node; ownerReady: its owner
+	// file says it is Ready.
+	claimed    time.Time
+	ownerReady bool
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -164,6 +168,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// down (readyLocked).
 	a.repair(ctx)
 	a.readNode()
+	a.markReady()
 	if a.cfg.HealthAddr != "" {
 		if err := a.serveHealth(ctx); err != nil {
 			return err
@@ -229,6 +234,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncCluster()
 			a.repair(ctx)
 			a.readNode()
+			a.markReady()
 			a.mu.Lock()
 			a.ticked = time.Now()
 			a.mu.Unlock()
@@ -419,6 +425,18 @@ func (a *Agent) serveHealth(ctx context.Context) error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if a.superseded() {
+			// During a surge the kubelet probes the new pod on this
+			// port until this agent stops: answer for the new owner, so
+			// that the DaemonSet takes this agent away only once the
+			// new one is Ready.
+			if err := a.successorReady(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok (the node's new agent)")
+			return
+		}
 		a.mu.Lock()
 		err := a.readyLocked()
 		a.mu.Unlock()

@@ -37,15 +37,54 @@ type owner struct {
 	ID      string    `json:"id"`
 	Version string    `json:"version"`
 	Since   time.Time `json:"since"`
+	// Ready: the owner has been Ready once (its /readyz). The agent it
+	// replaced, still holding the health port during a surge, answers the
+	// kubelet's probes of the new pod with it.
+	Ready bool `json:"ready,omitempty"`
 }
 
 // claim makes this agent the node's owner.
 func (a *Agent) claim() error {
-	b, err := json.Marshal(owner{ID: a.cfg.ID, Version: a.cfg.Version, Since: time.Now().UTC()})
+	a.mu.Lock()
+	if a.claimed.IsZero() {
+		a.claimed = time.Now().UTC()
+	}
+	o := owner{ID: a.cfg.ID, Version: a.cfg.Version, Since: a.claimed, Ready: a.ownerReady}
+	a.mu.Unlock()
+	b, err := json.Marshal(o)
 	if err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(filepath.Join(a.cfg.StateDir, OwnerName), b, 0o600)
+}
+
+// markReady records in the owner file, once, that this agent is Ready.
+func (a *Agent) markReady() {
+	a.mu.Lock()
+	ready := !a.ownerReady && a.readyLocked() == nil
+	if ready {
+		a.ownerReady = true
+	}
+	a.mu.Unlock()
+	if ready {
+		a.setErr("owner", a.claim())
+	}
+}
+
+// successorReady is nil when the owner file says the owner is Ready.
+func (a *Agent) successorReady() error {
+	b, err := os.ReadFile(filepath.Join(a.cfg.StateDir, OwnerName))
+	if err != nil {
+		return fmt.Errorf("superseded; the new agent's state: %w", err)
+	}
+	var o owner
+	if err := json.Unmarshal(b, &o); err != nil {
+		return fmt.Errorf("superseded; the new agent's state: %w", err)
+	}
+	if !o.Ready {
+		return fmt.Errorf("superseded by %s, not Ready yet", o.ID)
+	}
+	return nil
 }
 
 // supersededBy returns the owner that took the node over from this agent
