@@ -508,10 +508,11 @@ func TestRefused(t *testing.T) {
 	}
 }
 
-// TestMetricsValues: metrics off renders no /metrics flag, port or scrape
+// TestMetricsValues: metrics off renders no /metrics flag or scrape
 // annotation; on, the agent binds the port on every node address (or the
-// chosen one), declares it, and carries Prometheus' scrape annotations
-// unless told not to. The log values become the agent's flags.
+// chosen one) and carries Prometheus' scrape annotations unless told not
+// to. No port is declared either way. The log values become the agent's
+// flags.
 func TestMetricsValues(t *testing.T) {
 	flagged := func(c corev1.Container, prefix string) []string {
 		var out []string
@@ -544,9 +545,10 @@ func TestMetricsValues(t *testing.T) {
 			t.Errorf("%v: metrics off, but flag %v, ports %v, annotations %v", tc.set, got, c.Ports, ann)
 		case tc.flag != "" && (len(got) != 1 || got[0] != "--metrics-bind-address="+tc.flag):
 			t.Errorf("%v: flags %v, want --metrics-bind-address=%s", tc.set, got, tc.flag)
-		case tc.flag != "" && (len(c.Ports) != 1 || c.Ports[0].Name != "metrics" ||
-			fmt.Sprint(c.Ports[0].ContainerPort) != tc.flag[strings.LastIndex(tc.flag, ":")+1:]):
-			t.Errorf("%v: ports %+v, want metrics on the flag's port", tc.set, c.Ports)
+		case len(c.Ports) > 0:
+			// With the host network a declared port is a host port: the
+			// scheduler would keep a surge's second agent off the node.
+			t.Errorf("%v: ports %+v declared, want none (the default update is a surge)", tc.set, c.Ports)
 		}
 		if tc.flag != "" {
 			port := tc.flag[strings.LastIndex(tc.flag, ":")+1:]
@@ -565,5 +567,39 @@ func TestMetricsValues(t *testing.T) {
 	}
 	if l := flagged(parse(t, rendered).container(t), "--log-"); strings.Join(l, " ") != "--log-format=json --log-level=warn" {
 		t.Errorf("log.format=json log.level=warn: flags %v", l)
+	}
+}
+
+// TestSurgeUpdate: by default a new release replaces each node's agent by
+// a surge (maxSurge 1, maxUnavailable 0): the new agent starts beside the
+// old one and takes the node over, named by its pod UID (POD_UID). The
+// strategy is a value; a type the DaemonSet does not know is refused.
+func TestSurgeUpdate(t *testing.T) {
+	_, rendered, err := render(chartPath, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := parse(t, rendered)
+	ru := o.ds.Spec.UpdateStrategy.RollingUpdate
+	if o.ds.Spec.UpdateStrategy.Type != "RollingUpdate" || ru == nil || ru.MaxSurge == nil || ru.MaxSurge.String() != "1" ||
+		ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "0" {
+		t.Errorf("default updateStrategy %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", o.ds.Spec.UpdateStrategy)
+	}
+	uid := false
+	for _, e := range o.container(t).Env {
+		uid = uid || (e.Name == "POD_UID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.uid")
+	}
+	if !uid {
+		t.Errorf("no POD_UID from metadata.uid in %+v", o.container(t).Env)
+	}
+	_, rendered, err = render(chartPath, nil, []string{"updateStrategy.rollingUpdate.maxSurge=0", "updateStrategy.rollingUpdate.maxUnavailable=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ru := parse(t, rendered).ds.Spec.UpdateStrategy.RollingUpdate; ru.MaxSurge.String() != "0" || ru.MaxUnavailable.String() != "1" {
+		t.Errorf("updateStrategy from values: %+v, want maxSurge 0, maxUnavailable 1", ru)
+	}
+	if _, _, err := render(chartPath, nil, []string{"updateStrategy.type=Recreate"}); err == nil || !strings.Contains(err.Error(), "updateStrategy") {
+		t.Errorf("updateStrategy.type=Recreate: render error %v, want one naming updateStrategy", err)
 	}
 }
