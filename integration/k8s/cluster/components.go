@@ -373,6 +373,14 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 	return stdout.String(), nil
 }
 
+// KubectlCommand is the cluster's kubectl with args, as Kubectl runs it,
+// for the caller to start (a long-running `logs -f`, say).
+func (c *Cluster) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", c.k8sBin("kubectl"),
+		"--kubeconfig=" + c.AdminKubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)
+	return exec.CommandContext(ctx, "nsenter", argv...)
+}
+
 // Helm runs the helm CLI bin as the admin, inside the first node's netns
 // as Kubectl does, with its cache, config and data under the run's
 // directory (never the host's ~/.cache/helm); it returns the combined

@@ -103,17 +103,18 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 
 // waitMetric scrapes n until cond holds of the page, for up to timeout
 // (the agent reads the nftables counters and records once per drift tick,
-// 3 s), and returns the last page.
+// 3 s), and returns the last page. A failed scrape is retried: during a
+// surge the new agent binds the port only when the old one has stopped.
 func waitMetric(t *testing.T, n *cluster.Node, timeout time.Duration, what string, cond func(scrape) bool) scrape {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		s := mustScrape(t, n)
-		if cond(s) {
+		s, err := scrapeNode(n)
+		if err == nil && cond(s) {
 			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s: not seen on /metrics within %v", n.Name, what, timeout)
+			t.Fatalf("%s: %s: not seen on /metrics within %v (last scrape: %v)", n.Name, what, timeout, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -256,18 +256,28 @@ func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string 
 	return failed
 }
 
-// TestHelmUninstall: `helm uninstall` removes the agents; then no node's
-// conflist names podwire, a node with no pod that podwire wired has no
-// podwire binary, tables or state left, and a pod wired before the
-// uninstall is still deleted cleanly (the runtime's cached config names
-// podwire): after its DEL its node is as clean. The nodes then run pods
-// with flannel alone.
+// TestHelmUninstall: `helm uninstall` removes the agents; then a node
+// with no pod that podwire wired keeps nothing of podwire: no conflist
+// names it, and it has no binary, stateDir or table of podwire's. On a
+// node where a pod podwire wired still runs, podwire stays in the chain
+// (containerd tears a pod down with the chain it has then, so the entry
+// must outlive the pods it wired) until that pod is deleted: its DEL, the
+// last, takes podwire out and leaves the node as clean. The nodes then run
+// pods with flannel alone.
 func TestHelmUninstall(t *testing.T) {
 	needCluster(t)
 	n2 := c.Nodes[1]
 	wired := runPod(t, "default", "before-uninstall", n2, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	// The agents' last words (their decision at the stop) are lost with
+	// their pods: follow their logs from now on, for a failure's message.
+	logs := followAgentLogs(t, ctx)
+	defer func() {
+		if t.Failed() {
+			t.Logf("the agents' logs:\n%s", logs.String())
+		}
+	}()
 	start := time.Now()
 	if out, err := c.Helm(ctx, helmBin, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatal(err)
@@ -285,15 +295,13 @@ func TestHelmUninstall(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("the agents and their namespace are gone %v after helm uninstall", time.Since(start).Round(time.Millisecond))
-	for _, n := range c.Nodes {
-		for _, f := range conflistsNaming(t, n, "podwire") {
-			t.Errorf("%s: %s still names podwire after the uninstall", n.Name, f)
-		}
-	}
 	// Node 1 has no pod that podwire wired: nothing of podwire is left.
 	nodeClean(t, ctx, c.Nodes[0])
 	if _, err := os.Stat(n2.Path("/opt/cni/bin/podwire")); err != nil {
 		t.Errorf("%s: the plugin binary is gone while the pod it wired still runs: %v", n2.Name, err)
+	}
+	if len(conflistsNaming(t, n2, `"podwire"`)) == 0 {
+		t.Errorf("%s: podwire left the chain while the pod it wired still runs: its DEL would never run podwire", n2.Name)
 	}
 
 	start = time.Now()
@@ -308,6 +316,40 @@ func TestHelmUninstall(t *testing.T) {
 	// flannel alone wires pods now.
 	after := runPod(t, "default", "after-uninstall", n2, nil)
 	t.Logf("a pod after the uninstall: %s %s", after.ip4, after.ip6)
+}
+
+// syncBuffer is a strings.Builder safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// followAgentLogs follows every agent's log (kubectl logs -f) until ctx
+// ends or the agents are gone.
+func followAgentLogs(t *testing.T, ctx context.Context) *syncBuffer {
+	t.Helper()
+	out := &syncBuffer{}
+	cmd := c.KubectlCommand(ctx, "-n", agentNS, "logs", "-f", "--prefix", "--tail=5", "--max-log-requests=10",
+		"-l", "app.kubernetes.io/name=podwire-agent")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait() }()
+	time.Sleep(time.Second) // the streams open
+	return out
 }
 
 // conflistsNaming lists n's CNI config files that contain s.
@@ -326,20 +368,25 @@ func conflistsNaming(t *testing.T, n *cluster.Node, s string) []string {
 	return naming
 }
 
-// nodeClean checks that node n holds nothing of podwire: no binary, no
-// stateDir, no nftables table of podwire's.
+// nodeClean checks that node n holds nothing of podwire: no conflist
+// naming it, no binary, nothing in stateDir, no nftables table of
+// podwire's. stateDir itself may stay, empty, when the agent cleaned the
+// node: its container has /run/podwire as a mount (a hostPath volume), which
+// it can empty but not remove.
 func nodeClean(t *testing.T, ctx context.Context, n *cluster.Node) {
 	t.Helper()
-	for _, p := range []string{"/opt/cni/bin/podwire", "/run/podwire"} {
-		if _, err := os.Stat(n.Path(p)); err == nil {
-			left := ""
-			if ents, err := os.ReadDir(n.Path(p)); err == nil {
-				for _, e := range ents {
-					left += " " + e.Name()
-				}
-			}
-			t.Errorf("%s: %s is still there after the uninstall%s", n.Name, p, left)
+	for _, f := range conflistsNaming(t, n, `"podwire"`) {
+		t.Errorf("%s: %s still names podwire after the uninstall", n.Name, f)
+	}
+	if _, err := os.Stat(n.Path("/opt/cni/bin/podwire")); err == nil {
+		t.Errorf("%s: /opt/cni/bin/podwire is still there after the uninstall", n.Name)
+	}
+	if ents, err := os.ReadDir(n.Path("/run/podwire")); err == nil && len(ents) > 0 {
+		var left []string
+		for _, e := range ents {
+			left = append(left, e.Name())
 		}
+		t.Errorf("%s: /run/podwire still holds %v after the uninstall", n.Name, left)
 	}
 	out, err := n.Command(ctx, "nft", "list", "tables").CombinedOutput()
 	if err != nil {
