@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -25,43 +24,15 @@ import (
 // the DaemonSet's two pods on a node do.
 const handoverHealth = "127.0.0.1:9765"
 
-// startHandoverAgent runs an agent with id and podwire's entry on u until
-// the returned stop (as SIGTERM ends it), and waits until it is Ready.
+// startHandoverAgent runs an agent with id and podwire's entry on u, its
+// health on handoverHealth, until the returned stop (runAgent).
 func (u *uninstallNode) startHandoverAgent(id string, entry map[string]any) (stop func()) {
-	t := u.t
-	t.Helper()
+	u.t.Helper()
 	e, err := json.Marshal(entry)
 	if err != nil {
-		t.Fatal(err)
+		u.t.Fatal(err)
 	}
-	a := agent.New(agent.Config{
-		Node: "worker-1", ID: id, StateDir: u.stateDir(), Interval: 500 * time.Millisecond, HealthAddr: handoverHealth,
-		Chain: agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
-	}, u.md, nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)).With("agent", id))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- u.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent %s: %v", id, err)
-		}
-	}
-	t.Cleanup(stop)
-	if err := eventually(10*time.Second, func() error {
-		if st := a.Status(); !st.Ready {
-			return fmt.Errorf("agent %s not ready: %+v", id, st)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return stop
+	return u.runAgent(agent.Config{ID: id, Interval: 500 * time.Millisecond, HealthAddr: handoverHealth, Chain: agent.Chain{Entry: e}})
 }
 
 // entryLogFile is the logFile of podwire's entry in the node's conflist.

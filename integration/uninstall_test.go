@@ -73,17 +73,42 @@ func (u *uninstallNode) binary() string  { return filepath.Join(u.binDir, "podwi
 // startAgent runs the agent with cni.uninstall until the returned stop,
 // which ends it as SIGTERM does and waits for its stop to be done.
 func (u *uninstallNode) startAgent() (stop func()) {
-	t := u.t
-	t.Helper()
+	u.t.Helper()
 	entry, err := json.Marshal(u.podwireEntry(nil))
 	if err != nil {
-		t.Fatal(err)
+		u.t.Fatal(err)
 	}
-	a := agent.New(agent.Config{
-		Node: "worker-1", StateDir: u.stateDir(), Interval: time.Second,
-		Chain:     agent.Chain{ConfDir: u.confDir, BinDir: u.binDir, Plugin: podwireBin, Entry: entry, Mode: u.mode},
+	return u.runAgent(agent.Config{
+		Chain:     agent.Chain{Entry: entry},
 		Uninstall: agent.NewUninstall(u.md, "podwire-system", "podwire-agent", 0),
-	}, u.md, nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)))
+	})
+}
+
+// runAgent runs an agent of cfg on u (node worker-1, u's stateDir, a 1 s
+// drift tick, and the chain of u's conf dir and bin dir with the plugin
+// under test in u's mode, where cfg leaves them empty) until the returned stop, which
+// ends it as SIGTERM does and waits for its stop to be done. It returns
+// once the agent is Ready.
+func (u *uninstallNode) runAgent(cfg agent.Config) (stop func()) {
+	t := u.t
+	t.Helper()
+	if cfg.Node == "" {
+		cfg.Node = "worker-1"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = u.stateDir()
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Chain.ConfDir == "" {
+		cfg.Chain.ConfDir, cfg.Chain.BinDir, cfg.Chain.Plugin, cfg.Chain.Mode = u.confDir, u.binDir, podwireBin, u.mode
+	}
+	log := slog.New(slog.NewTextHandler(&testLog{t: t}, nil))
+	if cfg.ID != "" {
+		log = log.With("agent", cfg.ID)
+	}
+	a := agent.New(cfg, u.md, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- u.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
@@ -95,13 +120,13 @@ func (u *uninstallNode) startAgent() (stop func()) {
 		stopped = true
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
+			t.Errorf("agent %s: %v", cfg.ID, err)
 		}
 	}
 	t.Cleanup(stop)
 	if err := eventually(10*time.Second, func() error {
 		if st := a.Status(); !st.Ready {
-			return fmt.Errorf("agent not ready: %+v", st)
+			return fmt.Errorf("agent %s not ready: %+v", cfg.ID, st)
 		}
 		return nil
 	}); err != nil {
