@@ -99,22 +99,26 @@ spec:
 %s    spec:
 %s`, allowedNS, annotationsYAML(map[string]string{annForwarding: "true", annRoutes: routedNet.String()}, "      "), podSpec("      "))
 	kubectl(t, manifest, "apply", "-f", "-")
+	var router *pod
 	t.Cleanup(func() {
 		kubectl(t, "", "delete", "deployment", "-n", allowedNS, "router", "--wait=true", "--timeout=60s")
-		// Its pods go with the ReplicaSet, asynchronously.
+		// Its pods go with the ReplicaSet, asynchronously; then its DEL
+		// removes its record, whose route (all of routedNet) would
+		// otherwise clash with TestDeletion's narrower one.
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
 		for ctx.Err() == nil {
-			if out, err := c.Kubectl(ctx, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "name"); err == nil && out == "" {
+			out, err := c.Kubectl(ctx, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "name")
+			if err == nil && out == "" && (router == nil || !hasRecord(t, router.sandbox)) {
 				return
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		t.Errorf("the pods of deployment %s/router were not deleted", allowedNS)
+		t.Errorf("the pods of deployment %s/router were not deleted, or their record stayed", allowedNS)
 	})
 	kubectl(t, "", "rollout", "status", "-n", allowedNS, "deployment/router", "--timeout=90s")
 	name := kubectl(t, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "jsonpath={.items[0].metadata.name}")
-	router := podByName(t, allowedNS, name)
+	router = podByName(t, allowedNS, name)
 
 	// The client network: a netns behind the router pod, 198.51.100.2 with
 	// the router's 198.51.100.1 as its gateway.
