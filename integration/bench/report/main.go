@@ -91,6 +91,9 @@ func funcs(d data) template.FuncMap {
 		"mul":   func(a, b float64) float64 { return a * b },
 		"div":   func(a, b float64) float64 { return a / b },
 		"holds": func(ok bool) string { return map[bool]string{true: "holds", false: "**missed**"}[ok] },
+		// within: b lies within frac of a either way (|b - a| <= frac * a),
+		// the verdict of a "within 10%" row; false when either is missing.
+		"within": within,
 		"isNaN": math.IsNaN,
 		"list":  func(v ...any) []any { return v },
 		"split": strings.Fields,
@@ -110,4 +113,10 @@ func funcs(d data) template.FuncMap {
 			return out
 		},
 	}
+}
+
+// within reports whether b lies within frac of a, either way: |b - a| <=
+// frac * |a|. A missing figure (NaN) is never within.
+func within(b, a, frac float64) bool {
+	return math.Abs(b-a) <= frac*math.Abs(a)
 }

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+// TestWithin: a "within 10%" verdict compares the absolute difference, so
+// a figure 104% below its base is not within 10% of it (issue 25: the
+// report printed "-104% ... holds").
+func TestWithin(t *testing.T) {
+	for _, tc := range []struct {
+		b, a float64
+		want bool
+	}{
+		{110, 100, true},
+		{111, 100, false},
+		{90, 100, true},
+		{89, 100, false},
+		{-4, 100, false}, // -104 %
+		{11.1, 26.7, false},
+		{math.NaN(), 100, false},
+		{100, math.NaN(), false},
+	} {
+		if got := within(tc.b, tc.a, 0.1); got != tc.want {
+			t.Errorf("within(%v, %v, 0.1) = %v, want %v", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
