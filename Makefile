@@ -90,7 +90,7 @@ $(TOOLS_DIR)/.stamp: Makefile
 test: deps test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
-	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/...
+	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/... ./integration/bench/report/
 
 test-integration: deps build tools
 	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
