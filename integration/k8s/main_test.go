@@ -83,16 +83,12 @@ func needCluster(t *testing.T) {
 }
 
 func run(m *testing.M) int {
-	k8sBin, etcd := os.Getenv("PODWIRE_K8S_BIN"), os.Getenv("PODWIRE_ETCD")
-	podwireBin, podwireImage = os.Getenv("PODWIRE_BIN"), os.Getenv("PODWIRE_IMAGE")
-	podwireRef = os.Getenv("PODWIRE_IMAGE_REF")
-	cniBin := os.Getenv("PODWIRE_CNI_BIN")
-	if k8sBin == "" || etcd == "" || podwireBin == "" || podwireImage == "" || podwireRef == "" || cniBin == "" || os.Geteuid() != 0 {
-		// Every test then reports itself skipped (needCluster), so that
-		// `go test ./...` says so instead of "ok" with nothing run.
-		skipReason = "needs root, PODWIRE_K8S_BIN, PODWIRE_ETCD, PODWIRE_BIN, PODWIRE_IMAGE, PODWIRE_IMAGE_REF and PODWIRE_CNI_BIN: run it with make test-k8s"
-		return m.Run()
+	env, skip := cluster.TestEnv("PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN")
+	if skipReason = skip; skip != "" {
+		return m.Run() // every test reports itself skipped (needCluster)
 	}
+	k8sBin, etcd, cniBin := env["PODWIRE_K8S_BIN"], env["PODWIRE_ETCD"], env["PODWIRE_CNI_BIN"]
+	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

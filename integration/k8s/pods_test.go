@@ -59,13 +59,7 @@ func annotationsYAML(ann map[string]string, indent string) string {
 
 func kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := c.Kubectl(ctx, stdin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return c.MustKubectl(t, stdin, args...)
 }
 
 // applyPod creates a pod through the API (not waiting for it) and deletes

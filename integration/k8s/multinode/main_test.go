@@ -85,20 +85,10 @@ func needCluster(t *testing.T) {
 }
 
 func run(m *testing.M) int {
-	env := map[string]string{}
-	for _, k := range []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN",
-		"PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF"} {
-		if env[k] = os.Getenv(k); env[k] == "" {
-			skipReason = "needs root and " + k + " (and the rest of make test-k8s's environment): run it with make test-k8s"
-		}
-	}
-	if os.Geteuid() != 0 {
-		skipReason = "needs root: run it with make test-k8s"
-	}
-	if skipReason != "" {
-		// Every test then reports itself skipped (needCluster), so that
-		// `go test ./...` says so instead of "ok" with nothing run.
-		return m.Run()
+	env, skip := cluster.TestEnv("PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",
+		"PODWIRE_CNI_BIN", "PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF")
+	if skipReason = skip; skip != "" {
+		return m.Run() // every test reports itself skipped (needCluster)
 	}
 	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
 	upgradeImage, upgradeRef, helmBin = env["PODWIRE_IMAGE_UPGRADE"], env["PODWIRE_IMAGE_UPGRADE_REF"], env["PODWIRE_HELM"]

@@ -34,13 +34,7 @@ type pod struct {
 
 func kubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := c.Kubectl(ctx, stdin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return c.MustKubectl(t, stdin, args...)
 }
 
 // runPod creates a pod on node n with labels, waits until it is Ready, and
