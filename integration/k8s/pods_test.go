@@ -110,10 +110,16 @@ func deletePod(t *testing.T, namespace, name string) {
 
 // waitSandboxRemoved waits up to 2 minutes until the CRI holds no sandbox
 // of p: both of containerd's DELs (StopPodSandbox, RemovePodSandbox) ran.
+// The removal is the test's, as the kubelet's container GC would do it
+// (cluster.CollectSandboxes): the GC runs once a minute, and a deadline on
+// its schedule would test the schedule.
 func waitSandboxRemoved(t *testing.T, p *pod) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if err := n1.CollectSandboxes(ctx, p.uid); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		s, err := n1.Sandboxes(ctx, p.uid)
 		if err == nil && len(s) == 0 {

@@ -22,7 +22,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podwire/podwire/integration/cnitest"
@@ -683,6 +685,40 @@ func (n *Node) removeAllSandboxes(ctx context.Context) error {
 		n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
 	}
 	return nil
+}
+
+// CollectSandboxes waits until every CRI sandbox of the pod with uid (a
+// pod deleted through the API) is stopped, NOTREADY: the runtime's
+// StopPodSandbox has run, with its CNI DEL. Then it removes them as the
+// kubelet's container GC does, about once a minute, (RemovePodSandbox,
+// with the runtime's second DEL), without waiting for that GC. A removal's
+// error (a failed DEL) is returned; a sandbox the GC removed first is
+// not an error.
+func (n *Node) CollectSandboxes(ctx context.Context, uid string) error {
+	for {
+		items, err := n.Sandboxes(ctx, uid)
+		if err != nil {
+			return err
+		}
+		stopped := true
+		for _, s := range items {
+			stopped = stopped && s.State != runtimeapi.PodSandboxState_SANDBOX_READY
+		}
+		if stopped {
+			for _, s := range items {
+				_, err := n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+				if err != nil && status.Code(err) != codes.NotFound {
+					return fmt.Errorf("RemovePodSandbox %s of pod uid %s on %s: %w", s.Id, uid, n.Name, err)
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the sandbox of pod uid %s on %s was not stopped: %w", uid, n.Name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // Sandboxes lists the node's CRI sandboxes of the pod with uid (any state).

@@ -400,10 +400,14 @@ func nodeClean(t *testing.T, ctx context.Context, n *cluster.Node) {
 }
 
 // waitSandboxGone waits until p's node has removed p's sandbox: the
-// runtime has run the CNI DEL by then (the API drops the pod object
-// before that).
+// runtime has run the CNI DELs by then (the API drops the pod object
+// before that). The removal is the test's, as the kubelet's container GC
+// would do it, once a minute (cluster.CollectSandboxes).
 func waitSandboxGone(t *testing.T, ctx context.Context, p *pod) {
 	t.Helper()
+	if err := p.node.CollectSandboxes(ctx, p.uid); err != nil {
+		t.Fatal(err)
+	}
 	for {
 		s, err := p.node.Sandboxes(ctx, p.uid)
 		if err == nil && len(s) == 0 {
