@@ -94,11 +94,11 @@ func funcs(d data) template.FuncMap {
 		// within: b lies within frac of a either way (|b - a| <= frac * a),
 		// the verdict of a "within 10%" row; false when either is missing.
 		"within": within,
-		"isNaN": math.IsNaN,
-		"list":  func(v ...any) []any { return v },
-		"split": strings.Fields,
-		"rest":  func(n int, s string) string { return strings.Join(strings.Fields(s)[n:], " ") },
-		"row":   func(name string, a, b float64) map[string]any { return map[string]any{"name": name, "a": a, "b": b} },
+		"isNaN":  math.IsNaN,
+		"list":   func(v ...any) []any { return v },
+		"split":  strings.Fields,
+		"rest":   func(n int, s string) string { return strings.Join(strings.Fields(s)[n:], " ") },
+		"row":    func(name string, a, b float64) map[string]any { return map[string]any{"name": name, "a": a, "b": b} },
 		// lv are the figures of a BenchmarkScaling level (its existing
 		// pods): op → add, del, addcpu, delcpu (p50) and the same + "90".
 		"lv": func(l string) map[string]map[string]float64 {
