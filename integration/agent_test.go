@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,7 +24,6 @@ import (
 
 	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/agent"
-	"github.com/podwire/podwire/pkg/agentapi"
 )
 
 // These tests run the real agent (pkg/agent, in-process, on a thread inside
@@ -328,14 +326,7 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 	}
 
 	// podwire status shows the agent's state.
-	out, err := exec.Command("nsenter", "--net="+n.ns.Path(), podwireBin, "status", "--conflist", confFile, "--json").Output()
-	if err != nil {
-		t.Fatalf("podwire status: %v", err)
-	}
-	var st struct {
-		Agent *agentapi.Status `json:"agent"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil || st.Agent == nil || !st.Agent.Ready || st.Agent.Restores < 1 || st.Agent.Repairs < 1 {
-		t.Fatalf("podwire status does not show the agent's restores and repairs: %v\n%s", err, out)
+	if st := n.podwireStatus(confFile); st.Agent == nil || !st.Agent.Ready || st.Agent.Restores < 1 || st.Agent.Repairs < 1 {
+		t.Fatalf("podwire status does not show the agent's restores and repairs: %+v", st.Agent)
 	}
 }

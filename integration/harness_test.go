@@ -8,9 +8,11 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/internal/testns"
+	"github.com/podwire/podwire/pkg/cliapi"
 )
 
 // specVersions are the CNI spec versions every verb is tested with: 0.3.x
@@ -149,6 +152,21 @@ func (n *node) writeConflist(version string) string {
 		n.t.Fatal(err)
 	}
 	return path
+}
+
+// podwireStatus runs `podwire status --conflist conflist --json` in the
+// node netns, as an operator on the node does, and returns its report.
+func (n *node) podwireStatus(conflist string) cliapi.NodeStatus {
+	n.t.Helper()
+	out, err := exec.Command("nsenter", "--net="+n.ns.Path(), podwireBin, "status", "--conflist", conflist, "--json").Output()
+	if err != nil {
+		n.t.Fatalf("podwire status: %v\n%s", err, out)
+	}
+	var st cliapi.NodeStatus
+	if err := json.Unmarshal(out, &st); err != nil {
+		n.t.Fatalf("podwire status: %v\n%s", err, out)
+	}
+	return st
 }
 
 // podSpec says how a pod is created.

@@ -180,16 +180,7 @@ func TestAgentMetrics(t *testing.T) {
 	}
 
 	// podwire status shows the same counters, per pod.
-	var st cliapi.NodeStatus
-	if err := n.ns.Do(func(ns.NetNS) error {
-		out, err := exec.Command(podwireBin, "status", "--conflist", confFile, "--json").Output()
-		if err != nil {
-			return fmt.Errorf("podwire status: %w", err)
-		}
-		return json.Unmarshal(out, &st)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st := n.podwireStatus(confFile)
 	drops := map[string]*cliapi.Drops{}
 	for _, a := range st.Attachments {
 		drops[a.Pod] = a.Drops
@@ -486,16 +477,7 @@ func TestStatusDropsBridged(t *testing.T) {
 	}
 
 	conflist := n.writeConflist("1.1.0")
-	var st cliapi.NodeStatus
-	if err := n.ns.Do(func(ns.NetNS) error {
-		out, err := exec.Command(podwireBin, "status", "--conflist", conflist, "--json").Output()
-		if err != nil {
-			return fmt.Errorf("podwire status: %w", err)
-		}
-		return json.Unmarshal(out, &st)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	st := n.podwireStatus(conflist)
 	drops := map[string]*cliapi.Drops{}
 	for _, a := range st.Attachments {
 		if a.HostBridge != "cni0" {

@@ -1,18 +1,14 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/podwire/podwire/pkg/cliapi"
 )
 
 // mustRefuse asserts that err is CNI error 7 whose message names every
@@ -152,14 +148,7 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 	if err := os.WriteFile(confFile, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("nsenter", "--net="+n.ns.Path(), podwireBin, "status", "--conflist", confFile, "--json").Output()
-	if err != nil {
-		t.Fatalf("podwire status: %v\n%s", err, out)
-	}
-	var st cliapi.NodeStatus
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatal(err)
-	}
+	st := n.podwireStatus(confFile)
 	found := false
 	for _, w := range st.Warnings {
 		if strings.HasPrefix(w, "error: ") && strings.Contains(w, rogue4.String()) &&
