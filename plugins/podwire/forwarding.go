@@ -33,13 +33,25 @@ func planForwarding(in *planInput, rec *state.Record) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: the pod's host interface is unknown", podmeta.AnnotationRoutes), "")
 	}
-	routes, err := forwarding.PlanRoutes(in.ann.Routes, rec.Addresses, rec.HostIfName)
+	routes, err := forwarding.PlanRoutes(in.ann.Routes, rec.Addresses, routeDev(rec))
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: %v", podmeta.AnnotationRoutes, err), "")
 	}
 	rec.Routes = routes
 	return nil
+}
+
+// routeDev is the node's layer-3 interface toward the pod: the bridge on
+// a bridging primary (flannel's cni0), whose port the host veth is, else
+// the host veth. A route out of a bridge port would never resolve the
+// pod's MAC: the pod's ARP or NA reply enters the bridge and updates the
+// bridge's neighbour table, not the port's.
+func routeDev(rec *state.Record) string {
+	if rec.HostBridge != "" {
+		return rec.HostBridge
+	}
+	return rec.HostIfName
 }
 
 // addForwarding turns forwarding on in the pod, rp_filter off on its host

@@ -93,6 +93,13 @@ func TestPlanAttachment(t *testing.T) {
 				t.Errorf("forwarding pod has source-check elements: %v", p.elems[sourcecheck.ID])
 			}
 		}},
+		{name: "forwarding pod on a bridging primary", conf: planConf, ann: fwd,
+			env: nodeEnv{hostRPFilter: "1", primary: &primary.Attachment{HostIfName: "veth1", Bridge: "cni0", Addresses: []netip.Addr{netip.MustParseAddr("10.199.0.5")}}},
+			check: func(t *testing.T, p *attachmentPlan) {
+				if len(p.rec.Routes) != 1 || p.rec.Routes[0].Dev != "cni0" || p.rec.Routes[0].Via != netip.MustParseAddr("10.199.0.5") {
+					t.Errorf("routes: %v, want 198.51.100.0/25 via 10.199.0.5 dev cni0 (the bridge, not its port)", p.rec.Routes)
+				}
+			}},
 		{name: "VLAN access port, MTU from the uplink", conf: strings.Replace(planConf, `"name":"n"`, `"name":"n","uplink":"eth1"`, 1),
 			ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{UplinkMTU: 9000}}, check: func(t *testing.T, p *attachmentPlan) {
 				v := p.rec.VLAN
