@@ -9,6 +9,8 @@
 //   - writes the node's egress annotation into stateDir (Node), and the
 //     cluster's pod CIDRs and node IPs, which the egress table excepts
 //     (ClusterNodes);
+//   - publishes the prefixes its node's forwarding pods serve on its Node,
+//     and routes the other nodes' (routes.go);
 //   - repairs drift of podwire's nftables tables every few seconds and
 //     records each repair in its log and as an Event on the Node;
 //   - reports its health on a localhost HTTP port (/healthz, /readyz), and
@@ -76,6 +78,7 @@ type Config struct {
 type Agent struct {
 	cfg    Config
 	log    *slog.Logger
+	md     metadata.Interface
 	pods   *Pods
 	node   *Node
 	events corev1client.EventsGetter
@@ -116,7 +119,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		cfg.ID = fmt.Sprintf("pid-%d-%x", os.Getpid(), time.Now().UnixNano())
 	}
 	return &Agent{
-		cfg: cfg, log: log, events: events, m: newMetrics(cfg.Version),
+		cfg: cfg, log: log, md: md, events: events, m: newMetrics(cfg.Version),
 		pods:   NewPods(md, cfg.Node, 10*time.Minute),
 		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
 		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
@@ -232,6 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncChain(ctx)
 			a.syncEgress()
 			a.syncCluster()
+			a.syncRoutes(ctx)
 			a.repair(ctx)
 			a.readNode()
 			a.markReady()

@@ -16,8 +16,9 @@ import (
 )
 
 // ClusterNodes follows every Node of the cluster for the ranges the egress
-// table excepts (nodetables.Cluster): spec.podCIDRs and the InternalIP
-// addresses. It is the agent's one informer that is not metadata-only,
+// table excepts (nodetables.Cluster): spec.podCIDRs, the InternalIP
+// addresses and the prefixes each node's forwarding pods serve
+// (NodeRoutesAnnotation, which routes.go also routes to). It is the agent's one informer that is not metadata-only,
 // since podCIDRs live in the spec; a transform keeps nothing of a Node but
 // its name and those fields, so the cache costs a few hundred bytes per
 // node. RBAC: list and watch nodes, which the agent already has.
@@ -37,6 +38,9 @@ func NewClusterNodes(core rest.Interface, stateDir string, resync time.Duration)
 			return o, nil // a tombstone
 		}
 		slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
+		if v, ok := n.Annotations[NodeRoutesAnnotation]; ok {
+			slim.Annotations = map[string]string{NodeRoutesAnnotation: v}
+		}
 		slim.Spec.PodCIDRs = n.Spec.PodCIDRs
 		if len(slim.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
 			slim.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
@@ -78,6 +82,8 @@ func (c *ClusterNodes) Ranges() nodetables.Cluster {
 				out.NodeIPs = append(out.NodeIPs, netip.PrefixFrom(ip, ip.BitLen()))
 			}
 		}
+		rs, _ := parseNodeRoutes(n.Annotations[NodeRoutesAnnotation])
+		out.Routes = append(out.Routes, rs...)
 	}
 	cmp := func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -87,8 +93,10 @@ func (c *ClusterNodes) Ranges() nodetables.Cluster {
 	}
 	slices.SortFunc(out.PodCIDRs, cmp)
 	slices.SortFunc(out.NodeIPs, cmp)
+	slices.SortFunc(out.Routes, cmp)
 	out.PodCIDRs = slices.Compact(out.PodCIDRs)
 	out.NodeIPs = slices.Compact(out.NodeIPs)
+	out.Routes = slices.Compact(out.Routes)
 	return out
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/podwire/podwire/pkg/forwarding"
 	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -176,6 +177,13 @@ func (a *Agent) uninstallNode(reason string) error {
 	}
 	if err := install.MarkUninstalled(a.cfg.StateDir, m); err != nil {
 		return err
+	}
+	// The routes toward other nodes' forwarding pods go now: no agent
+	// keeps them current any more.
+	if _, deleted, err := forwarding.SyncRemoteRoutes(nil); err != nil {
+		a.log.Warn("routes to other nodes' forwarding pods not all removed", "error", err)
+	} else if len(deleted) > 0 {
+		a.log.Info("routes to other nodes' forwarding pods removed", "routes", deleted)
 	}
 	bin := ""
 	if a.cfg.Chain.BinDir != "" {

@@ -24,14 +24,18 @@ type Cluster struct {
 	// PodCIDRs and NodeIPs are sorted and without repeats.
 	PodCIDRs []netip.Prefix `json:"podCIDRs,omitempty"`
 	NodeIPs  []netip.Prefix `json:"nodeIPs,omitempty"`
+	// Routes are the prefixes that forwarding pods serve on any node
+	// (each Node's podwire.io/routes, published by its agent): networks
+	// of the cluster, whose traffic keeps pod sources like pod CIDRs.
+	Routes []netip.Prefix `json:"routes,omitempty"`
 }
 
-// Prefixes is c's pod CIDRs then node IPs.
+// Prefixes is c's pod CIDRs, node IPs and forwarded routes.
 func (c *Cluster) Prefixes() []netip.Prefix {
 	if c == nil {
 		return nil
 	}
-	return append(slices.Clone(c.PodCIDRs), c.NodeIPs...)
+	return slices.Concat(c.PodCIDRs, c.NodeIPs, c.Routes)
 }
 
 // WriteCluster records c in stateDir (mode 0600), where the plugin and

@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// Forwarding across nodes. A forwarding pod's podwire.io/routes become
+// routes of its own node (the plugin's, via the pod). For the other nodes
+// the agents carry them, as flannel's agents carry pod CIDRs:
+//
+//   - each agent publishes the prefixes that the records of its node
+//     route (what its plugin admitted, never a pod's raw annotation) in its
+//     Node's NodeRoutesAnnotation;
+//   - each agent routes every other node's published prefixes with the
+//     next hop its node uses toward that node's pod CIDR of the family
+//     (flannel's vxlan: via the other node's flannel.1 address), as
+//     forwarding.ProtoRemote routes, and removes the ones no node
+//     publishes any more.
+//
+// The networks outside the cluster learn a prefix as they learn pod CIDRs
+// (a BGP speaker or a static route toward the node that publishes it):
+// podwire programs the nodes only.
+
+// NodeRoutesAnnotation is the Node annotation that lists the prefixes that
+// forwarding pods on the node serve: comma-separated canonical CIDRs,
+// sorted. The node's agent is its only writer.
+const NodeRoutesAnnotation = "podwire.io/routes"
+
+// parseNodeRoutes parses a NodeRoutesAnnotation value.
+func parseNodeRoutes(v string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", NodeRoutesAnnotation, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// localRoutes is the annotation value for the routes of this node's
+// records.
+func localRoutes(stateDir string) (string, []netip.Prefix, error) {
+	recs, err := state.New(stateDir).List()
+	if err != nil {
+		return "", nil, err
+	}
+	var ps []netip.Prefix
+	for _, r := range recs {
+		for _, rt := range r.Routes {
+			ps = append(ps, rt.Dst.Masked())
+		}
+	}
+	slices.SortFunc(ps, comparePrefix)
+	ps = slices.Compact(ps)
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ","), ps, nil
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// publishRoutes patches this node's NodeRoutesAnnotation when the records'
+// routes differ from it (absent when there are none). It returns the
+// local prefixes, which remote routes never override.
+func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
+	want, local, err := localRoutes(a.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	m := a.node.meta()
+	if m == nil {
+		return local, nil // not listed yet
+	}
+	if have, ok := m.Annotations[NodeRoutesAnnotation]; have == want && (ok || want == "") {
+		return local, nil
+	}
+	var v any // null removes the annotation
+	if want != "" {
+		v = want
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{NodeRoutesAnnotation: v}}})
+	if _, err := a.md.Resource(nodesResource).Patch(ctx, a.cfg.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return local, fmt.Errorf("failed to publish the node's forwarded routes %q: %w", want, err)
+	}
+	a.log.Info("node's forwarded routes published", "annotation", NodeRoutesAnnotation, "value", want)
+	return local, nil
+}
+
+// remoteRoutes is what this node routes toward other nodes' forwarding
+// pods: each prefix another Node publishes, via this node's next hop to
+// that Node's pod CIDR of the prefix's family. A prefix is left out, with
+// a reason, when it overlaps a pod CIDR or node IP of the cluster (it
+// would take over their traffic), is a default route, is served on this
+// node too (the local route wins), or another node published it first (by
+// name).
+func (c *ClusterNodes) remoteRoutes(self string, local []netip.Prefix) (want []forwarding.RemoteRoute, skipped []string) {
+	var nodes []*corev1.Node
+	for _, o := range c.informer.GetStore().List() {
+		if n, ok := o.(*corev1.Node); ok && n.Name != self {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	r := c.Ranges()
+	reserved := append(slices.Clone(r.PodCIDRs), r.NodeIPs...)
+	taken := map[netip.Prefix]string{}
+	for _, p := range local {
+		taken[p] = "this node"
+	}
+	for _, n := range nodes {
+		ps, err := parseNodeRoutes(n.Annotations[NodeRoutesAnnotation])
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("node %s: %v", n.Name, err))
+		}
+		for _, p := range ps {
+			if by, ok := taken[p]; ok {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: served by %s", p, n.Name, by))
+				continue
+			}
+			if p.Bits() == 0 || slices.ContainsFunc(reserved, p.Overlaps) {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: a default route or overlaps a pod CIDR or node IP", p, n.Name))
+				continue
+			}
+			target, ok := podCIDROf(n, p.Addr().Is4())
+			if !ok {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: the node has no pod CIDR of its family", p, n.Name))
+				continue
+			}
+			gw, dev, err := forwarding.NextHopTo(target)
+			if err != nil {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", p, n.Name, err))
+				continue
+			}
+			taken[p] = "node " + n.Name
+			want = append(want, forwarding.RemoteRoute{Dst: p, Gw: gw, Dev: dev, Node: n.Name})
+		}
+	}
+	return want, skipped
+}
+
+// podCIDROf is the first address of n's pod CIDR of a family, where the
+// node's primary routes its pods (flannel's vxlan gateway is that address).
+func podCIDROf(n *corev1.Node, v4 bool) (netip.Addr, bool) {
+	for _, s := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() == v4 {
+			return p.Masked().Addr().Next(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// syncRoutes publishes this node's forwarded routes and routes the other
+// nodes'; changes are logged.
+func (a *Agent) syncRoutes(ctx context.Context) {
+	local, err := a.publishRoutes(ctx)
+	a.setErr("route publication", err)
+	if a.cfg.Cluster == nil || !a.cfg.Cluster.Synced() {
+		return
+	}
+	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local)
+	added, deleted, err := forwarding.SyncRemoteRoutes(want)
+	a.setErr("remote routes", err)
+	if len(added) > 0 || len(deleted) > 0 {
+		a.log.Info("routes to other nodes' forwarding pods synced", "added", added, "deleted", deleted, "skipped", skipped)
+	}
+}
