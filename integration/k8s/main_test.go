@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -67,81 +66,42 @@ const deployDir = "../../deploy"
 // allowedNS matches forwarding.namespaces.
 const allowedNS = "nf-k8s"
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+// suite starts the run's cluster with the outside network routing
+// routedNet to the node, then installs podwire (setUp).
+var suite = cluster.Suite{
+	Env:     []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN"},
+	Timeout: 4 * time.Minute,
+	Options: func(env map[string]string) cluster.Options {
+		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
+			OutsideRoutes: []netip.Prefix{routedNet}}
+	},
+	Setup: setUp,
 }
 
-// skipReason is why no cluster was started ("" when one was).
-var skipReason string
+func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
 // needCluster skips t when TestMain started no cluster.
 func needCluster(t *testing.T) {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
+	suite.Need(t)
 }
 
-func run(m *testing.M) int {
-	env, skip := cluster.TestEnv("PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN")
-	if skipReason = skip; skip != "" {
-		return m.Run() // every test reports itself skipped (needCluster)
-	}
-	k8sBin, etcd, cniBin := env["PODWIRE_K8S_BIN"], env["PODWIRE_ETCD"], env["PODWIRE_CNI_BIN"]
+// setUp prints the versions, installs podwire (deployPodwire) and starts
+// the readiness monitor, which stop ends.
+func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (stop func(), err error) {
+	c, n1 = cl, cl.Nodes[0]
 	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
-	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var err error
-	start := time.Now()
-	c, err = cluster.Start(ctx, cluster.Options{
-		K8sBinDir: k8sBin, EtcdBin: etcd, CNIBinDir: cniBin, Logf: logf,
-		OutsideRoutes: []netip.Prefix{routedNet},
-		Keep:          os.Getenv("PODWIRE_K8S_KEEP") != "",
-	})
-	if err != nil {
-		fmt.Printf("FAIL: cluster start: %v\n", err)
-		return 1
-	}
-	defer func() {
-		t0 := time.Now()
-		if err := c.Stop(); err != nil {
-			fmt.Printf("FAIL: cluster stop: %v\n", err)
-		}
-		logf("stopped in %.1fs", time.Since(t0).Seconds())
-	}()
-	n1 = c.Nodes[0]
-	logf("up in %.1fs", time.Since(start).Seconds())
 	fmt.Println("versions:")
-	for _, l := range versions(ctx) {
+	for _, l := range append(c.Versions(ctx),
+		cluster.VersionLine(ctx, "podwire", podwireBin, "version"),
+		cluster.CNIVersionLine(ctx, "ptp (VERSION)", filepath.Join(n1.CNIBinDir, "ptp"))) {
 		fmt.Println("  " + l)
 	}
 	if err := deployPodwire(ctx); err != nil {
-		fmt.Printf("FAIL: kubectl apply -f deploy/: %v\n%s\n", err, describeAgent(ctx))
-		return 1
+		return nil, fmt.Errorf("kubectl apply -f deploy/: %w\n%s", err, describeAgent(ctx))
 	}
 	readiness = startReadinessMonitor()
-	defer readiness.stop()
-	return m.Run()
-}
-
-// versions adds podwire's and the reference plugins' to the cluster's.
-func versions(ctx context.Context) []string {
-	lines := c.Versions(ctx)
-	out, err := exec.CommandContext(ctx, podwireBin, "version").CombinedOutput()
-	lines = append(lines, fmt.Sprintf("%-24s %s %v", "podwire", strings.TrimSpace(string(out)), errOrEmpty(err)))
-	ptp := exec.CommandContext(ctx, filepath.Join(n1.CNIBinDir, "ptp"))
-	ptp.Env = []string{"CNI_COMMAND=VERSION"}
-	out, err = ptp.CombinedOutput()
-	lines = append(lines, fmt.Sprintf("%-24s %s %v", "ptp (VERSION)", strings.TrimSpace(string(out)), errOrEmpty(err)))
-	return lines
-}
-
-func errOrEmpty(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return readiness.stop, nil
 }
 
 // podwireConfig is podwire's entry on this node: the source check, the
@@ -272,24 +232,10 @@ func pushImage(ctx context.Context) (string, error) {
 	if err := c.StartRegistry(); err != nil {
 		return "", err
 	}
-	i := strings.LastIndex(podwireRef, ":")
-	if i < 0 || strings.Contains(podwireRef[i:], "/") {
-		return "", fmt.Errorf("PODWIRE_IMAGE_REF %q has no tag", podwireRef)
-	}
-	ref := cluster.RegistryHost + "/podwire/podwire-agent" + podwireRef[i:]
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
-		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", podwireImage, ref).Output()
+	pinned, err := c.PushArchive(ctx, podwireImage, podwireRef)
 	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		return "", fmt.Errorf("push of %s to %s: %v\n%s", podwireImage, ref, err, stderr)
-	}
-	pinned := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(pinned, ref+"@sha256:") {
-		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
+		return "", err
 	}
 	fmt.Printf("podwire: pushed %s in %.1fs\n", pinned, time.Since(start).Seconds())
 	return pinned, nil

@@ -19,14 +19,8 @@ func newUDPSink(t *testing.T, nsPath string, port int) *packets.Sink {
 }
 
 // udpEchoServer answers every datagram to addr in nsPath with the source
-// address it saw and the payload, until the test ends. It binds addr, so
-// that its answers leave from the address the client dialed.
+// address it saw and the payload, until the test ends (packets.EchoServer).
 func udpEchoServer(t *testing.T, nsPath string, addr netip.AddrPort) {
 	t.Helper()
-	conn, err := packets.ListenAddr(nsPath, addr)
-	if err != nil {
-		t.Fatalf("failed to listen on UDP %s: %v", addr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go packets.Echo(conn)
+	packets.EchoServer(t, nsPath, addr)
 }

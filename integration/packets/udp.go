@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -54,6 +55,20 @@ func Echo(conn *net.UDPConn) {
 		}
 		conn.WriteToUDPAddrPort([]byte(from.Addr().Unmap().String()+" "+string(buf[:n])), from)
 	}
+}
+
+// EchoServer runs Echo on a socket bound to addr in the namespace at
+// nsPath (ListenAddr: its answers leave from the address the client
+// dialed; the unspecified [::] listens on both families) until t ends. A
+// failure to listen fails t: test goroutine only.
+func EchoServer(t testing.TB, nsPath string, addr netip.AddrPort) {
+	t.Helper()
+	conn, err := ListenAddr(nsPath, addr)
+	if err != nil {
+		t.Fatalf("failed to listen on UDP %s: %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	go Echo(conn)
 }
 
 // Exchange sends a datagram from the namespace at nsPath to an Echo server

@@ -19,19 +19,11 @@ import (
 // piped to grep, each through /bin/sh -c as the specs exec them.
 func TestE2EAgnhostImageRuns(t *testing.T) {
 	k8sBin, _ := addonBins(t)
-	img, err := E2EAgnhostImage(k8sBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := unpacked(t, img)
+	root, cfg := unpacked(t, E2EAgnhostImage, k8sBin)
 	netns := testns.New(t)
 	var server *exec.Cmd
 	if err := netns.Do(func(ns.NetNS) error {
-		server = exec.Command("chroot", append(append([]string{root}, cf.Config.Entrypoint...), "netexec", "--http-port=8080", "--udp-port=8081")...)
+		server = exec.Command("chroot", append(append([]string{root}, cfg.Entrypoint...), "netexec", "--http-port=8080", "--udp-port=8081")...)
 		return server.Start()
 	}); err != nil {
 		t.Fatal(err)

@@ -29,15 +29,24 @@ func addonBins(t *testing.T) (k8sBin, flannelDir string) {
 	return k8sBin, flannelDir
 }
 
-// unpacked is img's filesystem in a temporary directory, as a runtime
-// would unpack it.
-func unpacked(t *testing.T, img v1.Image) string {
+// unpacked builds an image with build from the binaries in dir and
+// returns its filesystem, unpacked into a temporary directory as a runtime
+// would, and its config (entrypoint, environment).
+func unpacked(t *testing.T, build func(dir string) (v1.Image, error), dir string) (root string, cfg v1.Config) {
 	t.Helper()
-	root := t.TempDir()
+	img, err := build(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = t.TempDir()
 	if err := ociimage.Unpack(img, root); err != nil {
 		t.Fatalf("unpack: %v", err)
 	}
-	return root
+	return root, cf.Config
 }
 
 // chroot runs argv with env in root (chroot(8)) and returns its combined
@@ -86,11 +95,7 @@ func wantOutput(t *testing.T, what, out, want string) {
 // the other mode's, without which it exits).
 func TestFlannelImageRuns(t *testing.T) {
 	_, flannelDir := addonBins(t)
-	img, err := FlannelImage(flannelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := unpacked(t, img)
+	root, _ := unpacked(t, FlannelImage, flannelDir)
 	// The manifest's hostPath and ConfigMap mounts.
 	for _, d := range []string{"opt/cni/bin", "etc/cni/net.d", "etc/kube-flannel", "run/flannel"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -130,11 +135,7 @@ func TestFlannelImageRuns(t *testing.T) {
 // iptables).
 func TestKubeProxyImageRuns(t *testing.T) {
 	k8sBin, _ := addonBins(t)
-	img, err := KubeProxyImage(k8sBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := unpacked(t, img)
+	root, _ := unpacked(t, KubeProxyImage, k8sBin)
 	wantOutput(t, "kube-proxy --version", chroot(t, root, nil, KubeProxyBin, "--version"), "Kubernetes v1.37.2")
 	wantOutput(t, "nft --version", chroot(t, root, nil, "nft", "--version"), "nftables v")
 	// knftables' calls, in a throwaway netns: a transaction from a file,
@@ -150,14 +151,6 @@ func TestKubeProxyImageRuns(t *testing.T) {
 // TestAgnhostImageRuns unpacks the agnhost image and runs its entrypoint.
 func TestAgnhostImageRuns(t *testing.T) {
 	k8sBin, _ := addonBins(t)
-	img, err := AgnhostImage(k8sBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := unpacked(t, img)
-	wantOutput(t, "agnhost --help", chroot(t, root, nil, append(cf.Config.Entrypoint, "--help")...), "netexec")
+	root, cfg := unpacked(t, AgnhostImage, k8sBin)
+	wantOutput(t, "agnhost --help", chroot(t, root, nil, append(cfg.Entrypoint, "--help")...), "netexec")
 }

@@ -151,24 +151,7 @@ func deletePod(ctx context.Context, namespace, name string) error {
 // with one address of each family (a pod's).
 func udpEchoServer(t *testing.T, nsPath string, port int) {
 	t.Helper()
-	conn, err := packets.Listen(nsPath, port)
-	if err != nil {
-		t.Fatalf("failed to listen on UDP %d: %v", port, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go packets.Echo(conn)
-}
-
-// udpEchoServerAt is udpEchoServer bound to addr, so that its answers leave
-// from the address the client dialed (a namespace with several).
-func udpEchoServerAt(t *testing.T, nsPath string, addr netip.AddrPort) {
-	t.Helper()
-	conn, err := packets.ListenAddr(nsPath, addr)
-	if err != nil {
-		t.Fatalf("failed to listen on UDP %s: %v", addr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	go packets.Echo(conn)
+	packets.EchoServer(t, nsPath, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)))
 }
 
 // sourceSeen sends a datagram from p to dst and returns the source the echo

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
 )
 
 const annEgressIP = "podwire.io/egress-ip"
@@ -150,8 +151,8 @@ func TestPerNodeEgress(t *testing.T) {
 	needCluster(t)
 	egressOnEveryNode(t)
 	const port = 7200
-	udpEchoServerAt(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, port))
-	udpEchoServerAt(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP6, port))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, port))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP6, port))
 	var pods []*pod
 	for i, n := range c.Nodes {
 		pods = append(pods, runPod(t, "default", fmt.Sprintf("egress-%d", i+1), n, nil))

@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Suite is a test package's cluster: what its TestMain needs from `make
+// test-k8s`, how it starts the cluster and what it sets up on it. One
+// cluster serves every test of the package.
+type Suite struct {
+	// Env are the variables of make test-k8s the suite reads (TestEnv).
+	Env []string
+	// Options are the cluster's options for the environment; Main sets
+	// Logf and Keep (PODWIRE_K8S_KEEP).
+	Options func(env map[string]string) Options
+	// Timeout bounds the cluster's start and Setup together.
+	Timeout time.Duration
+	// Setup prepares the started cluster for the tests (podwire's
+	// install). Its stop, when not nil, runs after the tests, before the
+	// cluster stops.
+	Setup func(ctx context.Context, c *Cluster, env map[string]string) (stop func(), err error)
+
+	skip string
+}
+
+// Main is the suite's TestMain; it returns the exit code. Without its
+// environment (not root, a variable unset) it runs the tests anyway, each
+// skipping itself through Need, so that `go test ./...` says why instead
+// of "ok" with nothing run. Otherwise it starts the cluster, runs Setup
+// and the tests, then stops the cluster with every process, mount and
+// namespace of the run. A failed start or Setup prints FAIL and returns 1.
+func (s *Suite) Main(m *testing.M) int {
+	env, skip := TestEnv(s.Env...)
+	if s.skip = skip; skip != "" {
+		return m.Run()
+	}
+	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
+	defer cancel()
+	opts := s.Options(env)
+	opts.Logf, opts.Keep = logf, os.Getenv("PODWIRE_K8S_KEEP") != ""
+	start := time.Now()
+	c, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Printf("FAIL: cluster start: %v\n", err)
+		return 1
+	}
+	defer func() {
+		t0 := time.Now()
+		if err := c.Stop(); err != nil {
+			fmt.Printf("FAIL: cluster stop: %v\n", err)
+		}
+		logf("stopped in %.1fs", time.Since(t0).Seconds())
+	}()
+	logf("up in %.1fs", time.Since(start).Seconds())
+	stop, err := s.Setup(ctx, c, env)
+	if err != nil {
+		fmt.Printf("FAIL: %v\n", err)
+		return 1
+	}
+	if stop != nil {
+		defer stop()
+	}
+	logf("set up in %.1fs", time.Since(start).Seconds())
+	return m.Run()
+}
+
+// Need skips t when Main started no cluster, saying why.
+func (s *Suite) Need(t testing.TB) {
+	t.Helper()
+	if s.skip != "" {
+		t.Skip(s.skip)
+	}
+}
+
+// VersionLine is a line of the run's versions for name: the first line
+// that argv prints, or the error running it.
+func VersionLine(ctx context.Context, name string, argv ...string) string {
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	v := strings.Join(strings.Fields(strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]), " ")
+	if err != nil {
+		v += fmt.Sprintf(" (error: %v)", err)
+	}
+	return fmt.Sprintf("%-24s %s", name, v)
+}
+
+// CNIVersionLine is VersionLine for a CNI plugin: what it answers to
+// CNI_COMMAND=VERSION.
+func CNIVersionLine(ctx context.Context, name, plugin string) string {
+	cmd := exec.CommandContext(ctx, plugin)
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	out, err := cmd.CombinedOutput()
+	v := strings.TrimSpace(string(out))
+	if err != nil {
+		v += fmt.Sprintf(" (error: %v)", err)
+	}
+	return fmt.Sprintf("%-24s %s", name, v)
+}
+
+// PushArchive pushes an archive of `make image` (recorded as imageRef,
+// REGISTRY/podwire-agent:VERSION) to the run's registry under its version
+// tag with `make push`'s command (scripts/mkimage push), run in the outside
+// netns, and returns the reference it printed, pinned by digest. The
+// registry must be running (StartRegistry).
+func (c *Cluster) PushArchive(ctx context.Context, archive, imageRef string) (string, error) {
+	i := strings.LastIndex(imageRef, ":")
+	if i < 0 || strings.Contains(imageRef[i:], "/") {
+		return "", fmt.Errorf("image reference %q has no tag", imageRef)
+	}
+	ref := RegistryHost + "/podwire/podwire-agent" + imageRef[i:]
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
+		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", archive, ref).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("push of %s to %s: %v\n%s", archive, ref, err, stderr)
+	}
+	pinned := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(pinned, ref+"@sha256:") {
+		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
+	}
+	return pinned, nil
+}
