@@ -56,6 +56,7 @@ func run(logp **slog.Logger) error {
 	uninstall := flag.Bool("cni-uninstall", false, "when the agent's stop is an uninstall (its DaemonSet --daemonset is gone), take podwire out of the chain, and out of the node with the last DEL")
 	daemonSet := flag.String("daemonset", "", "the agent's own DaemonSet as NAMESPACE/NAME, which --cni-uninstall watches")
 	hostConfDir := flag.String("host-cni-conf-dir", "", "the node's path of --cni-conf-dir when the agent sees it elsewhere (a hostPath mount): the uninstall marker names the node's paths (empty: --cni-conf-dir)")
+	startupTaint := flag.String("startup-taint", agent.DefaultStartupTaint, "key of the node's startup taint (NoSchedule), removed once the agent is Ready and put back while podwire is out of the runtime's chain (empty: leave taints alone)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -108,10 +109,11 @@ func run(logp **slog.Logger) error {
 	}
 	a := agent.New(agent.Config{
 		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
-		Version:   buildinfo.Version,
-		Chain:     agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
-		Cluster:   agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
-		Uninstall: un,
+		Version:      buildinfo.Version,
+		Chain:        agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
+		Uninstall:    un,
+		StartupTaint: *startupTaint, Nodes: core,
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -68,6 +68,12 @@ type Config struct {
 	// Cluster follows every Node for the egress table's exceptions (nil:
 	// none are written; the agent is Ready without them).
 	Cluster *ClusterNodes
+	// StartupTaint is the key of the node's startup taint (taint.go;
+	// DefaultStartupTaint), which the agent removes once Ready and puts
+	// back while podwire is out of the runtime's chain; "" or a nil Nodes:
+	// the agent leaves taints alone.
+	StartupTaint string
+	Nodes        corev1client.NodesGetter
 	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
 	// the node when the agent's stop is an uninstall (uninstall.go); nil:
 	// stopping changes nothing on the node.
@@ -103,6 +109,8 @@ type Agent struct {
 	// file says it is Ready.
 	claimed    time.Time
 	ownerReady bool
+	// taint is what the agent last made of the startup taint.
+	taint taintState
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -172,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.repair(ctx)
 	a.readNode()
 	a.markReady()
+	a.syncTaint(ctx)
 	if a.cfg.HealthAddr != "" {
 		if err := a.serveHealth(ctx); err != nil {
 			return err
@@ -239,6 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.repair(ctx)
 			a.readNode()
 			a.markReady()
+			a.syncTaint(ctx)
 			a.mu.Lock()
 			a.ticked = time.Now()
 			a.mu.Unlock()
@@ -286,6 +296,7 @@ func (a *Agent) syncChain(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	a.setErr("chain in use", a.cfg.Chain.InUse(res.Conflist))
 	a.writePrimaryType(res.PrimaryType)
 	a.mu.Lock()
 	first := a.status.Conflist == ""
@@ -396,8 +407,9 @@ func (a *Agent) readNode() {
 }
 
 // readyLocked is nil when the agent can do its job: the informers have
-// listed once, podwire is in the chain and its node tables have been
-// verified (and laid down or repaired) at least once.
+// listed once, podwire is in the chain the runtime reads (Chain.InUse) and
+// its node tables have been verified (and laid down or repaired) at least
+// once.
 func (a *Agent) readyLocked() error {
 	switch {
 	case !a.pods.Synced():
@@ -408,6 +420,10 @@ func (a *Agent) readyLocked() error {
 		return errors.New("the cluster's pod CIDRs not written yet")
 	case a.status.Conflist == "":
 		return errors.New("podwire not in the chain yet")
+	case a.errs["chain"] != "":
+		return errors.New("podwire's chain: " + a.errs["chain"])
+	case a.errs["chain in use"] != "":
+		return errors.New("podwire out of the runtime's chain: " + a.errs["chain in use"])
 	case !a.tablesVerified:
 		return errors.New("node tables not verified yet")
 	}

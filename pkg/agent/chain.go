@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -124,8 +123,11 @@ func (c *Chain) Sync() (*SyncResult, error) {
 	}
 }
 
-// primary returns the first conflist of the conf dir other than ours, in
-// libcni's order, and the type of its first plugin.
+// primary returns the first conflist of the conf dir other than ours and
+// Multus's, in libcni's order, and the type of its first plugin. Multus's
+// generated configuration is skipped: its delegate, the primary's own
+// conflist, is where podwire goes, and Multus follows that file (InUse
+// says when it does).
 func (c *Chain) primary() (path, typ string, err error) {
 	files, err := install.ConfFiles(c.ConfDir)
 	if err != nil {
@@ -135,18 +137,11 @@ func (c *Chain) primary() (path, typ string, err error) {
 		if filepath.Base(f) == DerivedName {
 			continue
 		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue // vanished between the listing and the read
-		}
-		var conf struct {
-			Type    string `json:"type"`
-			Plugins []struct {
-				Type string `json:"type"`
-			} `json:"plugins"`
-		}
-		if json.Unmarshal(data, &conf) != nil {
-			continue // being written, or not ours to judge: libcni skips it too
+		// A file that vanished between the listing and the read, is
+		// being written, or is not ours to judge: libcni skips it too.
+		conf, ok := readConfHead(f)
+		if !ok || conf.isMultus() {
+			continue
 		}
 		if len(conf.Plugins) > 0 {
 			return f, conf.Plugins[0].Type, nil

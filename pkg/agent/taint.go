@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The startup taint: the scheduler keeps pods off a node that carries it
+// until podwire is in the chain the runtime reads there, so that no pod
+// starts unchecked (the source check's rule passes interfaces podwire never
+// wired). Nodes are registered with it (the kubelet's
+// --register-with-taints=KEY=:NoSchedule, kubeadm's
+// nodeRegistration.taints), as Cilium's node.cilium.io/agent-not-ready;
+// the agent removes it once Ready and puts it back while podwire is out of
+// that chain (the chain's sync fails, or the runtime reads another file:
+// InUse). The kubelet checks NoExecute taints only, so pods bound to the
+// node by name (DaemonSets, static pods) still start: the DaemonSets a node
+// needs before podwire (its primary, kube-proxy, podwire's own) tolerate
+// it or every taint.
+
+// DefaultStartupTaint is the startup taint's key (effect NoSchedule).
+const DefaultStartupTaint = "podwire.io/agent-not-ready"
+
+// taintState is what the agent last made of its Node's startup taint.
+type taintState int
+
+const (
+	taintUnknown taintState = iota
+	taintOn
+	taintOff
+)
+
+// syncTaint removes the startup taint when the agent is Ready, and puts it
+// back while podwire is out of the runtime's chain.
+func (a *Agent) syncTaint(ctx context.Context) {
+	if a.cfg.StartupTaint == "" || a.cfg.Nodes == nil {
+		return
+	}
+	a.mu.Lock()
+	ready := a.readyLocked() == nil
+	_, chainErr := a.errs["chain"]
+	_, notInUse := a.errs["chain in use"]
+	state := a.taint
+	a.mu.Unlock()
+	var want taintState
+	switch {
+	case ready && state != taintOff:
+		want = taintOff
+	case (chainErr || notInUse) && state != taintOn:
+		want = taintOn
+	default:
+		return
+	}
+	changed, err := a.setTaint(ctx, want == taintOn)
+	a.setErr("startup taint", err)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	a.taint = want
+	a.mu.Unlock()
+	if changed {
+		if want == taintOn {
+			a.log.Warn("startup taint put back: podwire is out of the runtime's chain", "taint", a.cfg.StartupTaint)
+		} else {
+			a.log.Info("startup taint removed: podwire is in the runtime's chain", "taint", a.cfg.StartupTaint)
+		}
+	}
+}
+
+// setTaint makes the Node carry the startup taint (NoSchedule) or not, by
+// a JSON patch of spec.taints that tests the resourceVersion it read, so a
+// concurrent change of the taints (the node lifecycle controller's) fails
+// it rather than being lost; the next tick tries again.
+func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, err error) {
+	node, err := a.cfg.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("failed to read Node %s for its startup taint: %w", a.cfg.Node, err)
+	}
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == a.cfg.StartupTaint })
+	has := len(taints) != len(node.Spec.Taints)
+	if has == on {
+		return false, nil
+	}
+	if on {
+		taints = append(taints, corev1.Taint{Key: a.cfg.StartupTaint, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if taints == nil {
+		taints = []corev1.Taint{}
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": node.ResourceVersion},
+		{"op": "add", "path": "/spec/taints", "value": taints},
+	})
+	if _, err := a.cfg.Nodes.Nodes().Patch(ctx, a.cfg.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return false, fmt.Errorf("failed to patch the startup taint %s of Node %s: %w", a.cfg.StartupTaint, a.cfg.Node, err)
+	}
+	return true, nil
+}
