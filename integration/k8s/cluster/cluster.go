@@ -81,6 +81,10 @@ type Options struct {
 	// OutsideRoutes are prefixes the outside network routes to the first
 	// node (the ptp pod ranges are always routed to their nodes).
 	OutsideRoutes []netip.Prefix
+	// RegisterTaints are taints every kubelet registers its Node with
+	// (--register-with-taints, KEY=[VALUE]:EFFECT), as an operator's
+	// startup taints; WaitNodesReady does not wait for them to go.
+	RegisterTaints []string
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)
 	// Keep leaves the run's directory after Stop (for inspection).

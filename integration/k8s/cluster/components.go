@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -304,19 +305,26 @@ func (n *Node) Status() (*NodeStatus, error) {
 	return s, nil
 }
 
-// WaitNodesReady waits until every node is Ready without taints (with
-// PrimaryNone: once the caller's pod network is installed), and then logs
-// "N nodes Ready".
+// WaitNodesReady waits until every node is Ready without taints but
+// Options.RegisterTaints (with PrimaryNone: once the caller's pod network
+// is installed), and then logs "N nodes Ready".
 func (c *Cluster) WaitNodesReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	defer cancel()
+	registered := map[string]bool{}
+	for _, t := range c.opts.RegisterTaints {
+		key, rest, _ := strings.Cut(t, "=")
+		_, effect, _ := strings.Cut(rest, ":")
+		registered[key+":"+effect] = true
+	}
 	for _, n := range c.Nodes {
 		if err := c.wait(ctx, n.Name+" Ready without taints", c.proc(n, "kubelet"), 250*time.Millisecond, func() error {
 			s, err := n.Status()
 			if err != nil {
 				return err
 			}
-			if !s.Ready || len(s.Taints) > 0 {
+			others := slices.DeleteFunc(slices.Clone(s.Taints), func(t string) bool { return registered[t] })
+			if !s.Ready || len(others) > 0 {
 				return fmt.Errorf("node %s: ready %v, taints %v", n.Name, s.Ready, s.Taints)
 			}
 			return nil

@@ -667,8 +667,11 @@ func (n *Node) startKubelet() error {
 	if n.IP6.IsValid() {
 		nodeIPs += "," + n.IP6.String()
 	}
-	_, err := n.c.run(n, "kubelet", n.c.k8sBin("kubelet"), "--config="+path, "--kubeconfig="+n.Kubeconfig,
-		"--hostname-override="+n.Name, "--node-ip="+nodeIPs)
+	args := []string{"--config=" + path, "--kubeconfig=" + n.Kubeconfig, "--hostname-override=" + n.Name, "--node-ip=" + nodeIPs}
+	if len(n.c.opts.RegisterTaints) > 0 {
+		args = append(args, "--register-with-taints="+strings.Join(n.c.opts.RegisterTaints, ","))
+	}
+	_, err := n.c.run(n, "kubelet", n.c.k8sBin("kubelet"), args...)
 	return err
 }
 

@@ -99,7 +99,7 @@ func run(m *testing.M) int {
 	var err error
 	c, err = cluster.Start(ctx, cluster.Options{
 		K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-		Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true,
+		Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true, RegisterTaints: []string{startupTaint + "=:NoSchedule"},
 		Logf: logf, Keep: os.Getenv("PODWIRE_K8S_KEEP") != "",
 	})
 	if err != nil {
@@ -122,9 +122,11 @@ func run(m *testing.M) int {
 }
 
 // setUp starts the registry, pushes the add-ons' images and podwire's,
-// installs kube-proxy and flannel (then every node is Ready), puts the
+// installs kube-proxy and flannel (then every node is Ready, and still
+// carries the startup taint its kubelet registered it with), puts the
 // test servers' addresses on the outside, runs TestAKSProbe's control
-// while no podwire is in any chain, and installs podwire.
+// while no podwire is in any chain, creates TestStartupTaint's early
+// Deployment, and installs podwire.
 func setUp(ctx context.Context, env map[string]string) error {
 	if err := c.StartRegistry(); err != nil {
 		return err
@@ -149,6 +151,9 @@ func setUp(ctx context.Context, env map[string]string) error {
 		return err
 	}
 	probeControlRun(ctx)
+	if err := createEarlyDeployment(ctx); err != nil {
+		return err
+	}
 	return deployPodwire(ctx)
 }
 
@@ -195,7 +200,9 @@ const release, releaseNS = "podwire", "kube-system"
 // reference REPOSITORY:TAG@sha256:...): podwire's entry on every node is
 // the source check, the Azure probe SNAT, and egress from each Node's
 // annotation with no exceptCIDRs at all (the cluster's pod CIDRs and node
-// IPs are excepted from what the agents read of the Nodes). The runtime
+// IPs are excepted from what the agents read of the Nodes), and
+// forwarding pods in forwardingNS, which may route routedNet and
+// routedNet6 (TestForwardingAcrossNodes). The runtime
 // capability is off: containerd sends no annotations, so every pod's
 // annotations come from the node agent, under the chart's RBAC. /metrics
 // is on, in the chart's default port, and the agent logs JSON.
@@ -213,6 +220,8 @@ func podwireValues(pinned string) (map[string]any, error) {
 			"sourceCheck":        true,
 			"egress":             map[string]any{"nodeAnnotation": true},
 			"probeSNAT":          map[string]any{"preset": "azure"},
+			"forwarding": map[string]any{"namespaces": []string{forwardingNS},
+				"routablePrefixes": []string{routedNet.String(), routedNet6.String()}},
 		},
 		"metrics": map[string]any{"enabled": true},
 		"log":     map[string]any{"format": "json"},

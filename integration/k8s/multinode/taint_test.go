@@ -1,0 +1,259 @@
+package multinode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
+)
+
+// startupTaint is the chart's default startup taint (NoSchedule), with
+// which the suite's kubelets register their Nodes.
+const startupTaint = "podwire.io/agent-not-ready"
+
+// earlyPending is what the scheduler said of the early Deployment's pod,
+// created before podwire was installed (createEarlyDeployment).
+var earlyPending string
+
+// deploymentManifest is a Deployment of one pause pod in the default
+// namespace, labelled app=NAME, with a nodeSelector when node is set.
+func deploymentManifest(name, node string) string {
+	sel := ""
+	if node != "" {
+		sel = fmt.Sprintf("      nodeSelector: {kubernetes.io/hostname: %s}\n", node)
+	}
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[1]s, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %[1]s}}
+  template:
+    metadata: {labels: {app: %[1]s}}
+    spec:
+%[2]s      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      containers: [{name: main, image: %[3]s, imagePullPolicy: Never}]
+`, name, sel, cluster.PauseImage)
+}
+
+// scheduling is the PodScheduled condition of the pod labelled app=NAME
+// ("" while there is none), and the node it was bound to.
+func scheduling(ctx context.Context, name string) (cond, node, pod string, err error) {
+	b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/pods?labelSelector=app%3D"+name, nil)
+	if err != nil {
+		return "", "", "", err
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct {
+				NodeName string `json:"nodeName"`
+			}
+			Status struct {
+				Conditions []struct{ Type, Status, Reason, Message string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return "", "", "", err
+	}
+	if len(list.Items) == 0 {
+		return "", "", "", nil
+	}
+	p := list.Items[0]
+	for _, cd := range p.Status.Conditions {
+		if cd.Type == "PodScheduled" {
+			cond = fmt.Sprintf("%s %s: %s", cd.Status, cd.Reason, cd.Message)
+		}
+	}
+	return cond, p.Spec.NodeName, p.Metadata.Name, nil
+}
+
+// waitUnschedulable waits until the pod of Deployment name is reported
+// unschedulable and returns the scheduler's message.
+func waitUnschedulable(ctx context.Context, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		cond, node, _, err := scheduling(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		if node != "" {
+			return "", fmt.Errorf("the pod of %s was scheduled to %s", name, node)
+		}
+		if strings.HasPrefix(cond, "False Unschedulable") {
+			return cond, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the pod of %s: no Unschedulable condition (%q): %w", name, cond, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// createEarlyDeployment creates the Deployment "early" while no agent
+// runs, and records what the scheduler says of its pod.
+func createEarlyDeployment(ctx context.Context) error {
+	if _, err := c.Kubectl(ctx, deploymentManifest("early", ""), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	msg, err := waitUnschedulable(ctx, "early")
+	if err != nil {
+		return fmt.Errorf("before podwire's install: %w", err)
+	}
+	earlyPending = msg
+	return nil
+}
+
+// waitScheduledPod waits until the pod of Deployment name is Ready and
+// returns it.
+func waitScheduledPod(t *testing.T, ctx context.Context, name string) *pod {
+	t.Helper()
+	var nodeName, podName string
+	for nodeName == "" {
+		_, n, p, err := scheduling(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeName, podName = n, p
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the pod of %s was not scheduled: %v", name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	i := slices.IndexFunc(c.Nodes, func(n *cluster.Node) bool { return n.Name == nodeName })
+	if i < 0 {
+		t.Fatalf("the pod of %s is on unknown node %q", name, nodeName)
+	}
+	p, err := waitPod(ctx, "default", podName, c.Nodes[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// hasTaint reports whether node n carries the startup taint.
+func hasTaint(t *testing.T, n *cluster.Node) bool {
+	t.Helper()
+	s, err := n.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(s.Taints, startupTaint+":NoSchedule")
+}
+
+// TestStartupTaint: the nodes register with the startup taint, so a pod
+// the scheduler places waits for podwire:
+//   - the early Deployment, created before podwire's install, was
+//     unschedulable then for the taint; its pod runs now, checked (a
+//     forged datagram dropped, its own delivered);
+//   - both agents removed the taint;
+//   - when the file the runtime reads on node 2 stops chaining podwire
+//     (Multus's 00-multus.conf appears, its delegate a copy of flannel's
+//     conflist without podwire, as before Multus follows the primary),
+//     node 2's agent puts the taint back and a pod for node 2 waits;
+//     once the file goes, the taint goes and the pod runs, checked.
+func TestStartupTaint(t *testing.T) {
+	needCluster(t)
+	if !strings.Contains(earlyPending, "untolerated taint") || !strings.Contains(earlyPending, startupTaint) {
+		t.Fatalf("before podwire's install the early pod was %q, want unschedulable for the taint %s", earlyPending, startupTaint)
+	}
+	t.Logf("before podwire's install: %s", earlyPending)
+	t.Cleanup(func() {
+		kubectl(t, "", "delete", "deployment", "early", "late", "--ignore-not-found", "--wait=true", "--timeout=60s")
+	})
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	receiver := runPod(t, "default", "taint-receiver", n1, nil)
+	const port = 7404
+	sink, err := packets.NewSink(receiver.netns, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	to := netip.AddrPortFrom(receiver.ip4, port)
+	checked := func(p *pod) {
+		t.Helper()
+		forged := netip.MustParseAddr("203.0.113.77")
+		if err := packets.SendFrom(p.netns, forged, to, "forged-"+p.name, 3); err != nil {
+			t.Fatal(err)
+		}
+		if err := packets.SendFrom(p.netns, p.ip4, to, "genuine-"+p.name, 3); err != nil {
+			t.Fatal(err)
+		}
+		if !sink.WaitGot(p.ip4, "genuine-"+p.name, 10*time.Second) {
+			t.Errorf("%s on %s: its own datagrams did not arrive", p.name, p.node.Name)
+		}
+		if sink.Got(forged, "forged-"+p.name) {
+			t.Errorf("%s on %s is not checked: its forged datagram arrived", p.name, p.node.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	checked(waitScheduledPod(t, ctx, "early"))
+	for _, n := range c.Nodes {
+		if hasTaint(t, n) {
+			t.Errorf("%s still carries %s with its agent Ready", n.Name, startupTaint)
+		}
+	}
+
+	// Node 2's runtime now reads Multus's file, whose delegate lacks
+	// podwire.
+	flannelConf, err := os.ReadFile(filepath.Join(n2.CNIConfDir, "10-flannel.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delegate map[string]any
+	if err := json.Unmarshal(flannelConf, &delegate); err != nil {
+		t.Fatal(err)
+	}
+	plugins, _ := delegate["plugins"].([]any)
+	delegate["plugins"] = slices.DeleteFunc(plugins, func(p any) bool {
+		m, _ := p.(map[string]any)
+		return m["type"] == "podwire"
+	})
+	multus, _ := json.Marshal(map[string]any{"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus",
+		"kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig", "delegates": []any{delegate}})
+	multusPath := filepath.Join(n2.CNIConfDir, "00-multus.conf")
+	if err := os.WriteFile(multusPath, multus, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(multusPath) })
+	start := time.Now()
+	if err := eventually(20*time.Second, func() error {
+		if !hasTaint(t, n2) {
+			return fmt.Errorf("%s has no %s", n2.Name, startupTaint)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("with podwire out of the runtime's chain: %v", err)
+	}
+	t.Logf("%s's agent put %s back %v after the runtime's file stopped chaining podwire", n2.Name, startupTaint, time.Since(start).Round(100*time.Millisecond))
+	kubectl(t, deploymentManifest("late", n2.Name), "apply", "-f", "-")
+	msg, err := waitUnschedulable(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a pod for %s meanwhile: %s", n2.Name, msg)
+	if err := os.Remove(multusPath); err != nil {
+		t.Fatal(err)
+	}
+	late := waitScheduledPod(t, ctx, "late")
+	checked(late)
+	if hasTaint(t, n2) {
+		t.Errorf("%s still carries %s", n2.Name, startupTaint)
+	}
+	t.Logf("the file gone, %s's taint went and the waiting pod runs, checked", n2.Name)
+}
