@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,56 +68,26 @@ func egressIPs(i int) (netip.Addr, netip.Addr) {
 	return v4, netip.AddrFrom16(b)
 }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+// suite starts the run's cluster: nodes nodes registered with the startup
+// taint, no primary (flannel is an add-on), dual stack; setUp installs the
+// rest.
+var suite = cluster.Suite{
+	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",
+		"PODWIRE_CNI_BIN", "PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF"},
+	Timeout: 6 * time.Minute,
+	Options: func(env map[string]string) cluster.Options {
+		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
+			Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true, RegisterTaints: []string{startupTaint + "=:NoSchedule"}}
+	},
+	Setup: setUp,
 }
 
-// skipReason is why no cluster was started ("" when one was).
-var skipReason string
+func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
 // needCluster skips t when TestMain started no cluster.
 func needCluster(t *testing.T) {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
-}
-
-func run(m *testing.M) int {
-	env, skip := cluster.TestEnv("PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",
-		"PODWIRE_CNI_BIN", "PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF")
-	if skipReason = skip; skip != "" {
-		return m.Run() // every test reports itself skipped (needCluster)
-	}
-	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
-	upgradeImage, upgradeRef, helmBin = env["PODWIRE_IMAGE_UPGRADE"], env["PODWIRE_IMAGE_UPGRADE_REF"], env["PODWIRE_HELM"]
-	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	start := time.Now()
-	var err error
-	c, err = cluster.Start(ctx, cluster.Options{
-		K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-		Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true, RegisterTaints: []string{startupTaint + "=:NoSchedule"},
-		Logf: logf, Keep: os.Getenv("PODWIRE_K8S_KEEP") != "",
-	})
-	if err != nil {
-		fmt.Printf("FAIL: cluster start: %v\n", err)
-		return 1
-	}
-	defer func() {
-		t0 := time.Now()
-		if err := c.Stop(); err != nil {
-			fmt.Printf("FAIL: cluster stop: %v\n", err)
-		}
-		logf("stopped in %.1fs", time.Since(t0).Seconds())
-	}()
-	if err := setUp(ctx, env); err != nil {
-		fmt.Printf("FAIL: %v\n", err)
-		return 1
-	}
-	logf("up with flannel, kube-proxy and podwire in %.1fs", time.Since(start).Seconds())
-	return m.Run()
+	suite.Need(t)
 }
 
 // setUp starts the registry, pushes the add-ons' images and podwire's,
@@ -127,62 +96,41 @@ func run(m *testing.M) int {
 // test servers' addresses on the outside, runs TestAKSProbe's control
 // while no podwire is in any chain, creates TestStartupTaint's early
 // Deployment, and installs podwire.
-func setUp(ctx context.Context, env map[string]string) error {
+func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (stop func(), err error) {
+	c = cl
+	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
+	upgradeImage, upgradeRef, helmBin = env["PODWIRE_IMAGE_UPGRADE"], env["PODWIRE_IMAGE_UPGRADE_REF"], env["PODWIRE_HELM"]
 	if err := c.StartRegistry(); err != nil {
-		return err
+		return nil, err
 	}
 	images, err := pushAddonImages(ctx, env["PODWIRE_K8S_BIN"], env["PODWIRE_FLANNEL"])
 	if err != nil {
-		return err
+		return nil, err
 	}
+	flannelDir := env["PODWIRE_FLANNEL"]
 	fmt.Println("versions:")
-	for _, l := range versions(ctx, env["PODWIRE_FLANNEL"]) {
+	for _, l := range append(c.Versions(ctx),
+		cluster.VersionLine(ctx, "podwire", podwireBin, "version"),
+		cluster.VersionLine(ctx, "flanneld", filepath.Join(flannelDir, "flanneld"), "--version"),
+		cluster.CNIVersionLine(ctx, "flannel CNI (VERSION)", filepath.Join(flannelDir, "flannel"))) {
 		fmt.Println("  " + l)
 	}
 	if err := c.InstallKubeProxy(ctx, images.kubeProxy, cluster.KubeProxyBin); err != nil {
-		return err
+		return nil, err
 	}
 	// InstallFlannel returns once every node is Ready, and says so
 	// ("cluster: N nodes Ready").
 	if err := c.InstallFlannel(ctx, images.flannel); err != nil {
-		return err
+		return nil, err
 	}
 	if err := addServerAddrs(); err != nil {
-		return err
+		return nil, err
 	}
 	probeControlRun(ctx)
 	if err := createEarlyDeployment(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	return deployPodwire(ctx)
-}
-
-// versions adds podwire's, flannel's and the reference plugins' to the
-// cluster's.
-func versions(ctx context.Context, flannelDir string) []string {
-	lines := c.Versions(ctx)
-	ask := func(name string, argv ...string) {
-		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-		v := strings.Join(strings.Fields(strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]), " ")
-		if err != nil {
-			v += fmt.Sprintf(" (error: %v)", err)
-		}
-		lines = append(lines, fmt.Sprintf("%-24s %s", name, v))
-	}
-	ask("podwire", podwireBin, "version")
-	ask("flanneld", filepath.Join(flannelDir, "flanneld"), "--version")
-	cmd := exec.CommandContext(ctx, filepath.Join(flannelDir, "flannel"))
-	cmd.Env = []string{"CNI_COMMAND=VERSION"}
-	out, err := cmd.CombinedOutput()
-	lines = append(lines, fmt.Sprintf("%-24s %s %v", "flannel CNI (VERSION)", strings.TrimSpace(string(out)), errOrEmpty(err)))
-	return lines
-}
-
-func errOrEmpty(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return nil, deployPodwire(ctx)
 }
 
 // agentNS is the chart's namespace.
@@ -299,28 +247,9 @@ func waitChain(ctx context.Context, n *cluster.Node) error {
 	}
 }
 
-// pushPodwire pushes an archive of `make image` (recorded as imageRef,
-// REGISTRY/podwire-agent:VERSION) to the run's registry under its version
-// tag with `make push`'s command (scripts/mkimage push), run in the outside
-// netns, and returns the reference it printed, pinned by digest.
+// pushPodwire pushes an archive of `make image` (recorded as imageRef) to
+// the run's registry (cluster.PushArchive) and returns its reference
+// pinned by digest.
 func pushPodwire(ctx context.Context, archive, imageRef string) (string, error) {
-	i := strings.LastIndex(imageRef, ":")
-	if i < 0 || strings.Contains(imageRef[i:], "/") {
-		return "", fmt.Errorf("image reference %q has no tag", imageRef)
-	}
-	ref := cluster.RegistryHost + "/podwire/podwire-agent" + imageRef[i:]
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
-		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", archive, ref).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		return "", fmt.Errorf("push of %s to %s: %v\n%s", archive, ref, err, stderr)
-	}
-	pinned := strings.TrimSpace(string(out))
-	if !strings.HasPrefix(pinned, ref+"@sha256:") {
-		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
-	}
-	return pinned, nil
+	return c.PushArchive(ctx, archive, imageRef)
 }
