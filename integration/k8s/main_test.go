@@ -80,11 +80,8 @@ var suite = cluster.Suite{
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
-// needCluster skips t when TestMain started no cluster.
-func needCluster(t *testing.T) {
-	t.Helper()
-	suite.Need(t)
-}
+// needCluster skips a test when TestMain started no cluster.
+var needCluster = suite.Need
 
 // setUp prints the versions, installs podwire (deployPodwire) and starts
 // the readiness monitor, which stop ends.

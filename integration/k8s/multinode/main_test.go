@@ -84,11 +84,8 @@ var suite = cluster.Suite{
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
-// needCluster skips t when TestMain started no cluster.
-func needCluster(t *testing.T) {
-	t.Helper()
-	suite.Need(t)
-}
+// needCluster skips a test when TestMain started no cluster.
+var needCluster = suite.Need
 
 // setUp starts the registry, pushes the add-ons' images and podwire's,
 // installs kube-proxy and flannel (then every node is Ready, and still
