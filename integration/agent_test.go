@@ -22,7 +22,6 @@ import (
 	kfake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
-	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/agent"
 )
 
@@ -72,7 +71,7 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 		ro = append(ro, o)
 	}
 	md := metadatafake.NewSimpleMetadataClient(scheme, ro...)
-	ta := &testAgent{confDir: filepath.Join(n.dir, "net.d"), binDir: filepath.Join(n.dir, "bin"), events: kfake.NewSimpleClientset(), nodeNS: n.ns}
+	ta := &testAgent{confDir: filepath.Join(n.Dir, "net.d"), binDir: filepath.Join(n.Dir, "bin"), events: kfake.NewSimpleClientset(), nodeNS: n.NS}
 	if err := os.MkdirAll(ta.confDir, 0o755); err != nil {
 		n.t.Fatal(err)
 	}
@@ -84,13 +83,13 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 		e, _ = json.Marshal(entry)
 	}
 	a := agent.New(agent.Config{
-		Node: "worker-1", StateDir: n.stateDir(), Interval: time.Second, MetricsAddr: metricsAddr,
+		Node: "worker-1", StateDir: n.StateDir(), Interval: time.Second, MetricsAddr: metricsAddr,
 		Chain: agent.Chain{ConfDir: ta.confDir, BinDir: ta.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
 	}, md, ta.events.CoreV1(), slog.New(slog.NewTextHandler(&testLog{t: n.t}, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- n.ns.Do(func(ns.NetNS) error { return a.Run(ctx) })
+		done <- n.NS.Do(func(ns.NetNS) error { return a.Run(ctx) })
 	}()
 	var once sync.Once
 	ta.stop = func() {
@@ -102,7 +101,7 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 		})
 	}
 	n.t.Cleanup(ta.stop)
-	sock := filepath.Join(n.stateDir(), "agent.sock")
+	sock := filepath.Join(n.StateDir(), "agent.sock")
 	if err := eventually(10*time.Second, func() error {
 		if st := a.Status(); !st.Ready {
 			return fmt.Errorf("agent not ready: %+v", st)
@@ -116,7 +115,7 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 }
 
 // testLog sends the agent's log to the test's.
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (l *testLog) Write(b []byte) (int, error) {
 	l.t.Log(strings.TrimSpace(string(b)))
@@ -143,7 +142,7 @@ func (n *node) primaryList(version string, podwire map[string]any) []byte {
 
 // podwireEntry is the podwire entry the harness uses, with extra keys.
 func (n *node) podwireEntry(extra map[string]any) map[string]any {
-	e := map[string]any{"type": "podwire", "stateDir": n.stateDir(), "logFile": n.logFile(),
+	e := map[string]any{"type": "podwire", "stateDir": n.StateDir(), "logFile": n.LogFile(),
 		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true}}
 	for k, v := range extra {
 		e[k] = v
@@ -151,31 +150,22 @@ func (n *node) podwireEntry(extra map[string]any) map[string]any {
 	return e
 }
 
+// waitEgressFile waits up to 10 s until the agent has written the Node's
+// egress annotation into stateDir, where the plugin reads it.
+func (n *node) waitEgressFile() {
+	n.t.Helper()
+	if err := eventually(10*time.Second, func() error {
+		_, err := os.Stat(filepath.Join(n.StateDir(), "node-egress-ip.cache"))
+		return err
+	}); err != nil {
+		n.t.Fatalf("agent did not write the node annotation: %v", err)
+	}
+}
+
 // addPodNoCapability runs ADD for namespace/name with K8S_POD_UID uid and
 // no annotations capability (an old runtime): podwire asks the agent.
 func (n *node) addPodNoCapability(namespace, name, uid string, conf map[string]any) (*pod, error) {
-	n.t.Helper()
-	podNS, err := testns.Make() // released by p.closeNS
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	s := podSpec{version: "1.1.0", namespace: namespace, name: name, noCapability: true, podwire: conf}
-	p := &pod{n: n, ns: podNS, list: n.conflist(s.version, conf), rt: s.runtimeConf(podNS.Path())}
-	for i, kv := range p.rt.Args {
-		if kv[0] == "K8S_POD_UID" {
-			p.rt.Args[i][1] = uid
-		}
-	}
-	n.t.Cleanup(func() { _ = p.del(); p.closeNS() })
-	err = n.ns.Do(func(ns.NetNS) error {
-		_, err := n.cni.AddNetworkList(context.Background(), p.list, p.rt)
-		return err
-	})
-	if err != nil {
-		_ = p.del()
-		return nil, err
-	}
-	return p, nil
+	return n.addPod(podSpec{version: "1.1.0", namespace: namespace, name: name, uid: uid, noCapability: true, podwire: conf})
 }
 
 // TestAgentServesAnnotations: with the runtime capability off, the plugin
@@ -192,14 +182,14 @@ func TestAgentServesAnnotations(t *testing.T) {
 
 	p, err := n.addPodNoCapability("nf-agent", "router", uid, fwdConfig)
 	if err != nil {
-		t.Fatalf("ADD with annotations from the agent: %v\nlog:\n%s", err, n.log())
+		t.Fatalf("ADD with annotations from the agent: %v\nlog:\n%s", err, n.Log())
 	}
 	var fwd string
-	if err := p.ns.Do(func(ns.NetNS) error { fwd, err = sysctl.Sysctl("net.ipv4.ip_forward"); return err }); err != nil {
+	if err := p.NS.Do(func(ns.NetNS) error { fwd, err = sysctl.Sysctl("net.ipv4.ip_forward"); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if strings.TrimSpace(fwd) != "1" || !strings.Contains(n.log(), "annotations=agent") {
-		t.Fatalf("forwarding annotation from the agent not applied: ip_forward=%s\nlog:\n%s", fwd, n.log())
+	if strings.TrimSpace(fwd) != "1" || !strings.Contains(n.Log(), "annotations=agent") {
+		t.Fatalf("forwarding annotation from the agent not applied: ip_forward=%s\nlog:\n%s", fwd, n.Log())
 	}
 
 	_, err = n.addPodNoCapability("nf-agent", "router", "6f1c2a52-0000-4000-8000-00000000dead", fwdConfig)
@@ -219,7 +209,7 @@ func TestAgentServesAnnotations(t *testing.T) {
 		t.Fatalf("ADD with no agent: err = %v (code %d) after %v, want code 11 within the bounded wait", err, cniCode(err), took)
 	}
 	// Uninstall never strands a pod: DEL works from stateDir alone.
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatalf("DEL of a pod wired before, with the agent gone: %v", err)
 	}
 	if recs := n.records(); len(recs) != 0 {
@@ -243,7 +233,7 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 	}
 	// The primary's type, for the plugin's STATUS (which sees only its own
 	// entry): ptp here, whose pods podwire checks without a warning.
-	if typ, err := os.ReadFile(filepath.Join(n.stateDir(), "primary-type")); err != nil || string(typ) != "ptp" {
+	if typ, err := os.ReadFile(filepath.Join(n.StateDir(), "primary-type")); err != nil || string(typ) != "ptp" {
 		t.Fatalf("stateDir/primary-type: %q %v, want ptp", typ, err)
 	}
 
@@ -272,11 +262,11 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 	srv := listenTCP(t, be.ns, "[::]:0")
 	dst := netip.AddrPortFrom(be.v4, srv.port())
 	p := n.mustAddPod(podSpec{version: "0.3.1", list: list})
-	if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.v4, dst, time.Second) }); err != nil {
+	if err := eventually(3*time.Second, func() error { return dialTCP(p.NS, p.v4, dst, time.Second) }); err != nil {
 		t.Fatalf("pod's own traffic: %v", err)
 	}
 	spoof := spoofSetup(t, n, p, false)
-	if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil {
+	if err := dialTCP(p.NS, spoof, dst, time.Second); err == nil {
 		t.Fatalf("spoofed source %s passed: the pod created after the restore is not source-checked", spoof)
 	}
 
@@ -300,20 +290,20 @@ func TestAgentKeepsChainAndRepairs(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := dialTCP(p.ns, spoof, dst, time.Second); err != nil {
+	if err := dialTCP(p.NS, spoof, dst, time.Second); err != nil {
 		t.Fatalf("after the flush the spoof must pass (nothing checks it), got %v: the test would prove nothing", err)
 	}
 	start = time.Now()
 	if err := eventually(10*time.Second, func() error {
-		if err := dialTCP(p.ns, spoof, dst, 500*time.Millisecond); err == nil {
+		if err := dialTCP(p.NS, spoof, dst, 500*time.Millisecond); err == nil {
 			return fmt.Errorf("spoof still passes")
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("tables not repaired within 10 s of the flush: %v\n%s", err, nftList(t, n.ns))
+		t.Fatalf("tables not repaired within 10 s of the flush: %v\n%s", err, nftList(t, n.NS))
 	}
 	t.Logf("tables repaired after %v, with no ADD", time.Since(start))
-	if err := dialTCP(p.ns, p.v4, dst, time.Second); err != nil {
+	if err := dialTCP(p.NS, p.v4, dst, time.Second); err != nil {
 		t.Fatalf("pod's own traffic after the repair: %v", err)
 	}
 	if err := eventually(5*time.Second, func() error {

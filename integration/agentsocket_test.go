@@ -29,7 +29,7 @@ func TestAgentSocketHandover(t *testing.T) {
 	objs := []runtime.Object{knode("worker-1", nil),
 		kpod("nf-agent", "before", uid1, map[string]string{"podwire.io/forwarding": "true"}),
 		kpod("nf-agent", "after", uid2, map[string]string{"podwire.io/forwarding": "true"})}
-	confDir := filepath.Join(n.dir, "net.d")
+	confDir := filepath.Join(n.Dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +44,12 @@ func TestAgentSocketHandover(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := agent.New(agent.Config{
-			Node: "worker-1", StateDir: n.stateDir(), Interval: time.Second, Version: name,
-			Chain: agent.Chain{ConfDir: confDir, BinDir: filepath.Join(n.dir, "bin"), Plugin: podwireBin, Mode: agent.ModeAuto},
+			Node: "worker-1", StateDir: n.StateDir(), Interval: time.Second, Version: name,
+			Chain: agent.Chain{ConfDir: confDir, BinDir: filepath.Join(n.Dir, "bin"), Plugin: podwireBin, Mode: agent.ModeAuto},
 		}, fake.NewSimpleMetadataClient(scheme, objs...), nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)).With("agent", name))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- n.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
+		go func() { done <- n.NS.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
 		stop = func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -70,12 +70,12 @@ func TestAgentSocketHandover(t *testing.T) {
 
 	stopA := run("A")
 	if _, err := n.addPodNoCapability("nf-agent", "before", uid1, fwdConfig); err != nil {
-		t.Fatalf("ADD with agent A: %v\nlog:\n%s", err, n.log())
+		t.Fatalf("ADD with agent A: %v\nlog:\n%s", err, n.Log())
 	}
 	stopB := run("B")
 	defer stopB()
 	stopA()
 	if _, err := n.addPodNoCapability("nf-agent", "after", uid2, fwdConfig); err != nil {
-		t.Fatalf("ADD after A stopped, with B serving: %v\nlog:\n%s", err, n.log())
+		t.Fatalf("ADD after A stopped, with B serving: %v\nlog:\n%s", err, n.Log())
 	}
 }

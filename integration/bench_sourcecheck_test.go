@@ -41,43 +41,21 @@ import (
 // benchExtraPods is how many pods' elements are added besides the real one.
 const benchExtraPods = 999
 
-// benchNode is a node netns for benchmarks (the harness's node needs a
-// *testing.T).
-type benchNode struct {
-	ns  ns.NetNS
-	dir string
-	cni *libcni.CNIConfig
+// benchNetwork is the bench chain's name, which the fake pods' records
+// carry too.
+const benchNetwork = "podwire-bench"
+
+// newBenchNode is a node whose chain is named benchNetwork.
+func newBenchNode(b *testing.B) *node {
+	n := newNode(b)
+	n.Base.Name = benchNetwork
+	return n
 }
 
-func newBenchNode(b *testing.B) *benchNode {
-	b.Helper()
-	nodeNS, err := testns.Make()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { testns.Release(nodeNS) })
-	bn := &benchNode{ns: nodeNS, dir: b.TempDir()}
-	bn.cni = libcni.NewCNIConfigWithCacheDir([]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(bn.dir, "cache"), nil)
-	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
-		b.Fatal(err)
-	}
-	return bn
-}
-
-// podwireConf is podwire's entry of the bench network.
-func (bn *benchNode) podwireConf() map[string]any {
-	return cnitest.PodwireEntry(filepath.Join(bn.dir, "state"), filepath.Join(bn.dir, "podwire.log"), nil)
-}
-
-// list is ptp + host-local, then podwire when withPodwire.
-func (bn *benchNode) list(b *testing.B, withPodwire bool) *libcni.NetworkConfigList {
-	c := cnitest.Chain{
-		Name: "podwire-bench", Version: "1.1.0", IPAMDir: filepath.Join(bn.dir, "ipam"),
-		V4Pool: "10.244.1.0/24", V6Pool: "fd00:244:1::/64", DefaultRoutes: true, MTU: 1500,
-	}
-	if withPodwire {
-		c.Plugins = append(c.Plugins, bn.podwireConf())
-	}
+// ptpList is n's chain without podwire: ptp + host-local alone.
+func ptpList(b *testing.B, n *node) *libcni.NetworkConfigList {
+	c := n.Chain("1.1.0", nil)
+	c.Plugins = nil
 	l, err := c.List()
 	if err != nil {
 		b.Fatal(err)
@@ -100,7 +78,7 @@ func fakePods(n int) (nft.Elements, []*state.Record) {
 	var recs []*state.Record
 	for i := 1; i <= n; i++ {
 		r := &state.Record{
-			ContainerID: fmt.Sprintf("bench%060d", i), IfName: "eth0", Network: "podwire-bench",
+			ContainerID: fmt.Sprintf("bench%060d", i), IfName: "eth0", Network: benchNetwork,
 			PodNamespace: "bench", PodName: fmt.Sprintf("fake-%d", i), Complete: true, SourceCheck: true,
 			HostIfName: fmt.Sprintf("bench%04d", i),
 			Addresses: []netip.Addr{
@@ -114,33 +92,20 @@ func fakePods(n int) (nft.Elements, []*state.Record) {
 	return e, recs
 }
 
-func (bn *benchNode) nft(b *testing.B) *nftables.Conn {
-	c, err := nftables.New(nftables.WithNetNSFd(int(bn.ns.Fd())))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
 // BenchmarkSourceCheckPPS: UDP from a checked pod through the node to a
 // backend, counted at the backend's interface, in interleaved phases with 1
 // and 1000 pods' elements in the sets.
 func BenchmarkSourceCheckPPS(b *testing.B) {
 	for _, v6 := range []bool{false, true} {
 		b.Run(famName(v6), func(b *testing.B) {
-			bn := newBenchNode(b)
-			be := newBackendFor(b, bn.ns)
+			n := newBenchNode(b)
+			be := newBackendFor(b, n.NS)
 			podNS := testns.New(b)
-			list, rt := bn.list(b, true), benchRuntimeConf(podNS.Path())
-			if err := bn.ns.Do(func(ns.NetNS) error {
-				_, err := bn.cni.AddNetworkList(context.Background(), list, rt)
-				return err
-			}); err != nil {
+			list, rt := n.conflist("1.1.0", nil), benchRuntimeConf(podNS.Path())
+			if _, err := n.Client().Add(list, rt); err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() {
-				_ = bn.ns.Do(func(ns.NetNS) error { return bn.cni.DelNetworkList(context.Background(), list, rt) })
-			})
+			b.Cleanup(func() { _ = n.Client().Del(list, rt) })
 			dst := netip.AddrPortFrom(be.v4, 9000)
 			if v6 {
 				dst = netip.AddrPortFrom(be.v6, 9000)
@@ -149,8 +114,7 @@ func BenchmarkSourceCheckPPS(b *testing.B) {
 			defer stopRecv()
 			senders := udpSenders(b, podNS, dst, 1)
 			extra, _ := fakePods(benchExtraPods)
-			c := bn.nft(b)
-			tables := []*nft.Table{sourcecheck.Table()}
+			c := n.nftConn()
 
 			// Warm up: the pod's IPv6 address may still be tentative (DAD).
 			for i := 0; measurePPS(b, be.ns, senders, 100*time.Millisecond) < 1000; i++ {
@@ -163,22 +127,15 @@ func BenchmarkSourceCheckPPS(b *testing.B) {
 			b.ResetTimer()
 			for r := 0; r < rounds; r++ {
 				one = append(one, measurePPS(b, be.ns, senders, 400*time.Millisecond))
-				if err := chunked(extra, func(e nft.Elements) error { return nft.AddElements(c, tables, e) }); err != nil {
-					b.Fatal(err)
-				}
+				addElements(b, c, extra)
 				if r == 0 {
 					checkElementCount(b, c, benchExtraPods+1)
 				}
 				many = append(many, measurePPS(b, be.ns, senders, 400*time.Millisecond))
-				if err := chunked(extra, func(e nft.Elements) error { return nft.DeleteElements(c, e) }); err != nil {
-					b.Fatal(err)
-				}
+				deleteElements(b, c, extra)
 			}
 			b.StopTimer()
-			p1, p1000 := median(one), median(many)
-			b.ReportMetric(p1, "pps-1pod")
-			b.ReportMetric(p1000, "pps-1000pods")
-			b.ReportMetric(p1000/p1, "ratio")
+			p1, _ := reportMedians(b, one, many, "pps-1pod", "pps-1000pods", "ratio")
 			b.Logf("%s: %d rounds, pps with 1 pod %v, with 1000 pods %v", famName(v6), rounds, one, many)
 			if p1 == 0 {
 				b.Fatal("no packet reached the backend")
@@ -299,6 +256,32 @@ func chunked(e nft.Elements, f func(nft.Elements) error) error {
 	return nil
 }
 
+// addElements adds e to the source check's sets (chunked).
+func addElements(b *testing.B, c *nftables.Conn, e nft.Elements) {
+	tables := []*nft.Table{sourcecheck.Table()}
+	if err := chunked(e, func(part nft.Elements) error { return nft.AddElements(c, tables, part) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// deleteElements deletes e from the source check's sets (chunked).
+func deleteElements(b *testing.B, c *nftables.Conn, e nft.Elements) {
+	if err := chunked(e, func(part nft.Elements) error { return nft.DeleteElements(c, part) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// reportMedians reports the medians of the samples without and with the
+// extra pods as the metrics unit0 and unit1, and the second over the first
+// as ratioUnit; it returns both medians.
+func reportMedians(b *testing.B, without, with []float64, unit0, unit1, ratioUnit string) (m0, m1 float64) {
+	m0, m1 = median(without), median(with)
+	b.ReportMetric(m0, unit0)
+	b.ReportMetric(m1, unit1)
+	b.ReportMetric(m1/m0, ratioUnit)
+	return m0, m1
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -314,9 +297,9 @@ func median(xs []float64) float64 {
 // node, and reports the median of each and their ratio (want ~1: ADD reads
 // one chain dump, never the sets or the other records).
 func BenchmarkSourceCheckADD(b *testing.B) {
-	bn := newBenchNode(b)
+	n := newBenchNode(b)
 	podNS := testns.New(b)
-	ptpList := bn.list(b, false)
+	ptp := ptpList(b, n)
 	// cycle returns the wall time of podwire's ADD and its CPU time (user +
 	// system, from the children's rusage), which a loaded machine disturbs
 	// less.
@@ -324,13 +307,13 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 		rt := benchRuntimeConf(podNS.Path())
 		var stdin []byte
 		var took, cpu time.Duration
-		err := bn.ns.Do(func(ns.NetNS) error {
-			res, err := bn.cni.AddNetworkList(context.Background(), ptpList, rt)
+		err := n.NS.Do(func(ns.NetNS) error {
+			res, err := n.CNI.AddNetworkList(context.Background(), ptp, rt)
 			if err != nil {
 				return err
 			}
-			conf := bn.podwireConf()
-			conf["cniVersion"], conf["name"], conf["prevResult"] = "1.1.0", "podwire-bench", res
+			conf := cnitest.PodwireEntry(n.StateDir(), n.LogFile(), nil)
+			conf["cniVersion"], conf["name"], conf["prevResult"] = "1.1.0", benchNetwork, res
 			conf["runtimeConfig"] = map[string]any{"io.kubernetes.cri.pod-annotations": nil}
 			if stdin, err = json.Marshal(conf); err != nil {
 				return err
@@ -350,7 +333,7 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 			if err := invoke.ExecPluginWithoutResult(context.Background(), podwireBin, stdin, args("DEL"), nil); err != nil {
 				return fmt.Errorf("podwire DEL: %w", err)
 			}
-			return bn.cni.DelNetworkList(context.Background(), ptpList, rt)
+			return n.CNI.DelNetworkList(context.Background(), ptp, rt)
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -359,9 +342,8 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 	}
 	cycle() // lays the tables down
 	extra, recs := fakePods(1000)
-	store := state.New(filepath.Join(bn.dir, "state"))
-	c := bn.nft(b)
-	tables := []*nft.Table{sourcecheck.Table()}
+	store := state.New(n.StateDir())
+	c := n.nftConn()
 	const perPhase = 5
 	rounds := max(b.N, 3)
 	var at0, at1000, cpu0, cpu1000 []float64
@@ -380,9 +362,7 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := chunked(extra, func(e nft.Elements) error { return nft.AddElements(c, tables, e) }); err != nil {
-			b.Fatal(err)
-		}
+		addElements(b, c, extra)
 		for range perPhase {
 			sample(&at1000, &cpu1000)
 		}
@@ -392,19 +372,11 @@ func BenchmarkSourceCheckADD(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if err := chunked(extra, func(e nft.Elements) error { return nft.DeleteElements(c, e) }); err != nil {
-			b.Fatal(err)
-		}
+		deleteElements(b, c, extra)
 	}
 	b.StopTimer()
-	m0, m1000 := median(at0), median(at1000)
-	b.ReportMetric(m0, "ms/ADD-0pods")
-	b.ReportMetric(m1000, "ms/ADD-1000pods")
-	b.ReportMetric(m1000/m0, "ratio")
-	c0, c1000 := median(cpu0), median(cpu1000)
-	b.ReportMetric(c0, "cpu-ms/ADD-0pods")
-	b.ReportMetric(c1000, "cpu-ms/ADD-1000pods")
-	b.ReportMetric(c1000/c0, "cpu-ratio")
+	reportMedians(b, at0, at1000, "ms/ADD-0pods", "ms/ADD-1000pods", "ratio")
+	reportMedians(b, cpu0, cpu1000, "cpu-ms/ADD-0pods", "cpu-ms/ADD-1000pods", "cpu-ratio")
 	b.Logf("ADD wall ms with 0 pods %v; with 1000 pods %v", at0, at1000)
 	b.Logf("ADD CPU ms with 0 pods %v; with 1000 pods %v", cpu0, cpu1000)
 }

@@ -34,7 +34,7 @@ import (
 // address dump spans several netlink messages (cnitest.ChurnBase).
 func churnBase(t *testing.T, n *node, pairs, addrs int) {
 	t.Helper()
-	n.do(func() error { return cnitest.ChurnBase(pairs, addrs) })
+	n.Do(func() error { return cnitest.ChurnBase(pairs, addrs) })
 }
 
 // churner adds and removes links, addresses and routes in a netns until
@@ -52,7 +52,7 @@ type churner struct {
 func startChurn(n *node) *churner {
 	c := &churner{stop: make(chan struct{}), done: make(chan error, 1)}
 	go func() {
-		c.done <- n.ns.Do(func(ns.NetNS) error {
+		c.done <- n.NS.Do(func(ns.NetNS) error {
 			for i := 0; ; i++ {
 				select {
 				case <-c.stop:
@@ -85,7 +85,7 @@ func (c *churner) stopChurn() error {
 func podLinks(t *testing.T, n *node) []string {
 	t.Helper()
 	var out []string
-	n.do(func() error {
+	n.Do(func() error {
 		links, err := netlinksafe.LinkList()
 		if err != nil {
 			return err
@@ -120,7 +120,7 @@ func TestNetlinkChurn(t *testing.T) {
 	churnBase(t, n, 100, 300)
 	conf := relConf()
 	// STATUS checks the uplink: an idle veth, no global address.
-	n.do(func() error {
+	n.Do(func() error {
 		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0"}, PeerName: "uplink0p"})
 	})
 	conf["uplink"] = "uplink0"
@@ -151,18 +151,18 @@ func TestNetlinkChurn(t *testing.T) {
 			p, err := n.addPod(spec(i))
 			if err != nil {
 				t.Fatalf("round %d: ADD of pod %d under churn (%d churn operations so far): %v\nlog (tail):\n%s",
-					r, i, c.ops.Load(), err, relTail(n.log(), 20))
+					r, i, c.ops.Load(), err, relTail(n.Log(), 20))
 			}
 			live = append(live, relPod{p: p, i: i, fwd: i%3 == 0})
 		}
 		for _, rp := range live {
-			if err := rp.p.check(); err != nil {
+			if err := rp.p.Check(); err != nil {
 				t.Fatalf("round %d: CHECK of pod %d under churn: %v", r, rp.i, err)
 			}
 			for _, dst := range []netip.Addr{be.v4, be.v6} {
 				src := rp.p.addr(dst.Is6())
 				if err := eventually(5*time.Second, func() error {
-					return dialTCP(rp.p.ns, src, netip.AddrPortFrom(dst, srv.port()), time.Second)
+					return dialTCP(rp.p.NS, src, netip.AddrPortFrom(dst, srv.port()), time.Second)
 				}); err != nil {
 					t.Fatalf("round %d: pod %d %s -> server %s under churn: %v", r, rp.i, src, dst, err)
 				}
@@ -174,24 +174,24 @@ func TestNetlinkChurn(t *testing.T) {
 		// STATUS reads the uplink's addresses (a dump of every address of
 		// the node); a failed read is a warning in the log, checked below.
 		for range 10 {
-			if err := n.status(live[0].p.list); err != nil {
+			if err := n.status(live[0].p.List); err != nil {
 				t.Fatalf("round %d: STATUS under churn: %v", r, err)
 			}
 		}
-		if strings.Contains(n.log(), netlink.ErrDumpInterrupted.Error()) {
-			t.Fatalf("round %d: the log reports an interrupted netlink dump:\n%s", r, relTail(n.log(), 20))
+		if strings.Contains(n.Log(), netlink.ErrDumpInterrupted.Error()) {
+			t.Fatalf("round %d: the log reports an interrupted netlink dump:\n%s", r, relTail(n.Log(), 20))
 		}
 		relAssertNode(t, n, live, gone)
 		for k, rp := range live {
-			if err := rp.p.del(); err != nil {
+			if err := rp.p.Del(); err != nil {
 				t.Fatalf("round %d: DEL of pod %d under churn: %v", r, rp.i, err)
 			}
 			if k%2 == 0 { // the runtime's second DEL: no netns, no prevResult
-				if err := rp.p.delNoNetns(); err != nil {
+				if err := rp.p.DelNoNetns(); err != nil {
 					t.Fatalf("round %d: second DEL of pod %d under churn: %v", r, rp.i, err)
 				}
 			}
-			rp.p.closeNS()
+			rp.p.ReleaseNS()
 			gone = append(gone, rp.i)
 		}
 		relAssertNode(t, n, nil, gone)
@@ -212,8 +212,8 @@ func TestNetlinkChurn(t *testing.T) {
 	if ops < 100 {
 		t.Fatalf("only %d churn operations ran during the ADDs: the test did not churn", ops)
 	}
-	if strings.Contains(n.log(), netlink.ErrDumpInterrupted.Error()) {
-		t.Fatalf("the log reports an interrupted netlink dump:\n%s", relTail(n.log(), 20))
+	if strings.Contains(n.Log(), netlink.ErrDumpInterrupted.Error()) {
+		t.Fatalf("the log reports an interrupted netlink dump:\n%s", relTail(n.Log(), 20))
 	}
 	t.Logf("%d pods added, checked, reached and deleted in %v while %d link/address/route changes ran",
 		rounds*perRound, time.Since(start), ops)

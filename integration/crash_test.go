@@ -144,8 +144,8 @@ func TestCrashDuringAdd(t *testing.T) {
 	const wantKills = 200
 	n := newNode(t)
 	ke := newKillExec()
-	n.cni = libcni.NewCNIConfigWithCacheDir(
-		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.dir, "cache"), ke)
+	n.CNI = libcni.NewCNIConfigWithCacheDir(
+		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.Dir, "cache"), ke)
 
 	// Bystanders; their ADDs calibrate the delay range.
 	var times []time.Duration
@@ -160,10 +160,10 @@ func TestCrashDuringAdd(t *testing.T) {
 		p := n.mustAddPod(relSpec(2))
 		_, d := ke.last()
 		times = append(times, d)
-		if err := p.del(); err != nil {
+		if err := p.Del(); err != nil {
 			t.Fatal(err)
 		}
-		p.closeNS()
+		p.ReleaseNS()
 	}
 	// The delay range follows the median of every unkilled ADD so far.
 	median := func() time.Duration {
@@ -198,8 +198,8 @@ func TestCrashDuringAdd(t *testing.T) {
 		}
 		ke.arm(true, median())
 		var addErr error
-		n.do(func() error {
-			_, addErr = n.cni.AddNetworkList(context.Background(), list, rt)
+		n.Do(func() error {
+			_, addErr = n.CNI.AddNetworkList(context.Background(), list, rt)
 			return nil
 		})
 		ke.arm(false, 0)
@@ -207,27 +207,27 @@ func TestCrashDuringAdd(t *testing.T) {
 		switch {
 		case killed:
 			kills++
-			if _, err := os.Stat(filepath.Join(n.stateDir(), rt.ContainerID+"_eth0.json")); err == nil {
+			if _, err := os.Stat(filepath.Join(n.StateDir(), rt.ContainerID+"_eth0.json")); err == nil {
 				recorded++ // killed after the record was written
 			}
 		case addErr == nil:
 			completed++
 			times = append(times, took)
-			n.do(func() error {
-				if err := n.cni.CheckNetworkList(context.Background(), list, rt); err != nil {
+			n.Do(func() error {
+				if err := n.CNI.CheckNetworkList(context.Background(), list, rt); err != nil {
 					t.Errorf("attempt %d: CHECK after an ADD that was not killed: %v", attempts, err)
 				}
 				return nil
 			})
 		default:
-			t.Fatalf("attempt %d: ADD failed without a kill: %v\nlog:\n%s", attempts, addErr, relTail(n.log(), 30))
+			t.Fatalf("attempt %d: ADD failed without a kill: %v\nlog:\n%s", attempts, addErr, relTail(n.Log(), 30))
 		}
 		if addErr == nil {
 			// The ADD finished: kill its DEL instead, as a node reboot or
 			// an OOM kill would; the runtime's retried DEL must finish it.
 			ke.armVerb("DEL", true, median())
-			n.do(func() error {
-				_ = n.cni.DelNetworkList(context.Background(), list, rt)
+			n.Do(func() error {
+				_ = n.CNI.DelNetworkList(context.Background(), list, rt)
 				return nil
 			})
 			ke.armVerb("ADD", false, 0)
@@ -236,33 +236,33 @@ func TestCrashDuringAdd(t *testing.T) {
 			}
 		}
 		// The runtime's answer to a failed ADD (or DEL): DEL, then GC.
-		n.do(func() error {
-			if err := n.cni.DelNetworkList(context.Background(), list, rt); err != nil {
-				t.Fatalf("attempt %d (killed %v): DEL: %v\nlog:\n%s", attempts, killed, err, relTail(n.log(), 30))
+		n.Do(func() error {
+			if err := n.CNI.DelNetworkList(context.Background(), list, rt); err != nil {
+				t.Fatalf("attempt %d (killed %v): DEL: %v\nlog:\n%s", attempts, killed, err, relTail(n.Log(), 30))
 			}
 			return nil
 		})
 		if err := n.gc(list, live[0].p, live[1].p); err != nil {
-			t.Fatalf("attempt %d (killed %v): GC: %v\nlog:\n%s", attempts, killed, err, relTail(n.log(), 30))
+			t.Fatalf("attempt %d (killed %v): GC: %v\nlog:\n%s", attempts, killed, err, relTail(n.Log(), 30))
 		}
 		if dropTable || attempts%10 == 0 {
 			// A fresh pod's ADD works (and repairs a deleted table).
 			p := n.mustAddPod(relSpec(2))
 			_, took := ke.last()
 			times = append(times, took)
-			if err := p.check(); err != nil {
+			if err := p.Check(); err != nil {
 				t.Errorf("attempt %d: CHECK of a fresh pod after the kill: %v", attempts, err)
 			}
 			relAssertNode(t, n, append(append([]relPod(nil), live...), relPod{p: p, i: 2}), nil)
-			if err := p.del(); err != nil {
+			if err := p.Del(); err != nil {
 				t.Fatalf("attempt %d: DEL of the fresh pod: %v", attempts, err)
 			}
-			p.closeNS()
+			p.ReleaseNS()
 			fresh++
 		}
 		relAssertNode(t, n, live, []int{vi})
 		if t.Failed() {
-			t.Fatalf("attempt %d (killed %v) left the node inconsistent\nlog:\n%s", attempts, killed, relTail(n.log(), 30))
+			t.Fatalf("attempt %d (killed %v) left the node inconsistent\nlog:\n%s", attempts, killed, relTail(n.Log(), 30))
 		}
 	}
 	if kills < wantKills {

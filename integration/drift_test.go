@@ -122,7 +122,7 @@ func TestDriftTablesRepaired(t *testing.T) {
 			n := newNode(t)
 			a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
 			b := relPod{p: n.mustAddPod(driftSpec(3)), i: 3, fwd: true}
-			list := a.p.list
+			list := a.p.List
 			driftAssert(t, n, []relPod{a, b}, nil)
 
 			c := n.nftConn()
@@ -130,8 +130,8 @@ func TestDriftTablesRepaired(t *testing.T) {
 			if err := c.Flush(); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
-			wantErrNaming(t, "CHECK of an ordinary pod after "+tc.name, a.p.check(), tc.names...)
-			wantErrNaming(t, "CHECK of a forwarding pod after "+tc.name, b.p.check(), tc.names...)
+			wantErrNaming(t, "CHECK of an ordinary pod after "+tc.name, a.p.Check(), tc.names...)
+			wantErrNaming(t, "CHECK of a forwarding pod after "+tc.name, b.p.Check(), tc.names...)
 			if err := n.gc(list, a.p, b.p); err != nil {
 				t.Errorf("GC keeping both pods after %s: %v", tc.name, err)
 			}
@@ -142,12 +142,12 @@ func TestDriftTablesRepaired(t *testing.T) {
 			cp := relPod{p: n.mustAddPod(driftSpec(2)), i: 2}
 			driftAssert(t, n, []relPod{a, b, cp}, nil)
 			for _, rp := range []relPod{a, b, cp} {
-				if err := rp.p.check(); err != nil {
+				if err := rp.p.Check(); err != nil {
 					t.Errorf("CHECK of pod %d after the repairing ADD: %v", rp.i, err)
 				}
 			}
 			for _, rp := range []relPod{a, b, cp} {
-				if err := rp.p.del(); err != nil {
+				if err := rp.p.Del(); err != nil {
 					t.Errorf("DEL of pod %d: %v", rp.i, err)
 				}
 			}
@@ -165,7 +165,7 @@ func TestDriftHostVethDeleted(t *testing.T) {
 	a := relPod{p: n.mustAddPod(driftSpec(1)), i: 1}
 	b := relPod{p: n.mustAddPod(driftSpec(3)), i: 3, fwd: true}
 	ha, hb := a.p.hostIf(), b.p.hostIf()
-	n.do(func() error {
+	n.Do(func() error {
 		for _, h := range []string{ha, hb} {
 			l, err := netlinksafe.LinkByName(h)
 			if err != nil {
@@ -180,21 +180,21 @@ func TestDriftHostVethDeleted(t *testing.T) {
 	// Through the whole chain ptp's CHECK fails first (eth0 went with the
 	// pair); podwire's own CHECK, with the cached result, names the veth.
 	for _, rp := range []relPod{a, b} {
-		if err := rp.p.check(); err == nil {
+		if err := rp.p.Check(); err == nil {
 			t.Errorf("CHECK of pod %d through the chain passed without its host veth", rp.i)
 		}
 		wantErrNaming(t, "podwire's CHECK without the host veth", podwireCheck(rp.p), rp.p.hostIf())
 	}
 	b.routeGone = true
 
-	if err := n.gc(a.p.list, b.p); err != nil {
-		t.Fatalf("GC keeping the forwarding pod: %v\n%s", err, relTail(n.log(), 20))
+	if err := n.gc(a.p.List, b.p); err != nil {
+		t.Fatalf("GC keeping the forwarding pod: %v\n%s", err, relTail(n.Log(), 20))
 	}
 	driftAssert(t, n, []relPod{b}, []int{1})
-	if err := b.p.del(); err != nil {
-		t.Fatalf("DEL of the forwarding pod without its veth: %v\n%s", err, relTail(n.log(), 20))
+	if err := b.p.Del(); err != nil {
+		t.Fatalf("DEL of the forwarding pod without its veth: %v\n%s", err, relTail(n.Log(), 20))
 	}
-	if err := b.p.delNoNetns(); err != nil {
+	if err := b.p.DelNoNetns(); err != nil {
 		t.Fatalf("second DEL: %v", err)
 	}
 	driftAssert(t, n, nil, []int{1, 3})
@@ -222,8 +222,8 @@ func TestDriftInsideTable(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("delete element: %v", err)
 	}
-	wantErrNaming(t, "CHECK after an element was deleted", a.p.check(), "pod-v4", "inet podwire")
-	if err := a.p.del(); err != nil {
+	wantErrNaming(t, "CHECK after an element was deleted", a.p.Check(), "pod-v4", "inet podwire")
+	if err := a.p.Del(); err != nil {
 		t.Fatalf("DEL with an element already gone: %v", err)
 	}
 	relAssertNode(t, n, nil, nil)
@@ -234,7 +234,7 @@ func TestDriftInsideTable(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("flush chain: %v", err)
 	}
-	wantErrNaming(t, "CHECK after the source-check rules were flushed", a.p.check(), "filter-prerouting")
+	wantErrNaming(t, "CHECK after the source-check rules were flushed", a.p.Check(), "filter-prerouting")
 	b := relPod{p: n.mustAddPod(driftSpec(2)), i: 2}
 	rules, err := n.nftConn().GetRules(tbl, &nftables.Chain{Table: tbl, Name: "filter-prerouting"})
 	if err != nil {
@@ -245,7 +245,7 @@ func TestDriftInsideTable(t *testing.T) {
 			len(rules), len(sourcecheck.Table().Chains[0].Rules))
 	}
 	for _, rp := range []relPod{a, b} {
-		if err := rp.p.check(); err != nil {
+		if err := rp.p.Check(); err != nil {
 			t.Errorf("CHECK of pod %d after the repairing ADD: %v", rp.i, err)
 		}
 	}
@@ -255,10 +255,10 @@ func TestDriftInsideTable(t *testing.T) {
 // podwireCheck runs CHECK of podwire alone (the chain without ptp), with
 // the result libcni cached for the attachment as prevResult.
 func podwireCheck(p *pod) error {
-	list := *p.list
-	list.Plugins = p.list.Plugins[len(p.list.Plugins)-1:]
-	return p.n.ns.Do(func(ns.NetNS) error {
-		return p.n.cni.CheckNetworkList(context.Background(), &list, p.rt)
+	list := *p.List
+	list.Plugins = p.List.Plugins[len(p.List.Plugins)-1:]
+	return p.n.NS.Do(func(ns.NetNS) error {
+		return p.n.CNI.CheckNetworkList(context.Background(), &list, p.RT)
 	})
 }
 
@@ -296,11 +296,11 @@ func TestDriftRepairedByADD(t *testing.T) {
 			srv := listenTCP(t, be.ns, "[::]:0")
 			dst := netip.AddrPortFrom(be.v4, srv.port())
 			p := n.mustAddPod(podSpec{})
-			if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.v4, dst, time.Second) }); err != nil {
+			if err := eventually(3*time.Second, func() error { return dialTCP(p.NS, p.v4, dst, time.Second) }); err != nil {
 				t.Fatalf("pod's own traffic: %v", err)
 			}
 			spoof := spoofSetup(t, n, p, false)
-			if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil {
+			if err := dialTCP(p.NS, spoof, dst, time.Second); err == nil {
 				t.Fatalf("spoofed source %s passed before any drift", spoof)
 			}
 
@@ -309,19 +309,19 @@ func TestDriftRepairedByADD(t *testing.T) {
 			if err := c.Flush(); err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
-			if err := dialTCP(p.ns, spoof, dst, time.Second); err != nil {
+			if err := dialTCP(p.NS, spoof, dst, time.Second); err != nil {
 				t.Fatalf("after %s the spoof is still dropped (%v): the drift did not turn the check off, so this test proves nothing", tc.name, err)
 			}
-			wantErrNaming(t, "CHECK after "+tc.name, p.check(), "inet podwire", "filter-prerouting")
+			wantErrNaming(t, "CHECK after "+tc.name, p.Check(), "inet podwire", "filter-prerouting")
 
 			n.mustAddPod(podSpec{})
-			if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil {
+			if err := dialTCP(p.NS, spoof, dst, time.Second); err == nil {
 				t.Fatalf("after %s and another ADD the spoofed source %s passes: the ADD did not repair the source check", tc.name, spoof)
 			}
-			if err := dialTCP(p.ns, p.v4, dst, time.Second); err != nil {
+			if err := dialTCP(p.NS, p.v4, dst, time.Second); err != nil {
 				t.Errorf("after the repair the pod's own traffic from %s: %v", p.v4, err)
 			}
-			if err := p.check(); err != nil {
+			if err := p.Check(); err != nil {
 				t.Errorf("CHECK after the repair: %v", err)
 			}
 		})

@@ -19,7 +19,7 @@ type backend struct {
 	v4, v6 netip.Addr
 }
 
-func (n *node) newBackend() *backend { return newBackendFor(n.t, n.ns) }
+func (n *node) newBackend() *backend { return newBackendFor(n.t, n.NS) }
 
 // newBackendFor is newBackend for any node netns (benchmarks).
 func newBackendFor(t testing.TB, nodeNS ns.NetNS) *backend {
@@ -88,12 +88,12 @@ func runAll(cmds [][]string) error {
 
 // hostIf is the pod's host-side veth, from ptp's result.
 func (p *pod) hostIf() string {
-	for _, i := range p.result.Interfaces {
+	for _, i := range p.Result.Interfaces {
 		if i.Sandbox == "" {
 			return i.Name
 		}
 	}
-	p.n.t.Fatalf("no host interface in %+v", p.result)
+	p.n.t.Fatalf("no host interface in %+v", p.Result)
 	return ""
 }
 
@@ -108,7 +108,7 @@ func (p *pod) addr(v6 bool) netip.Addr {
 // nftConn is a google/nftables connection to the node netns.
 func (n *node) nftConn() *nftables.Conn {
 	n.t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Fd())))
+	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func (n *node) podSetCount() int {
 func (n *node) nodeRoutes(dst netip.Prefix) []netlink.Route {
 	n.t.Helper()
 	var out []netlink.Route
-	n.do(func() error {
+	n.Do(func() error {
 		fam := netlink.FAMILY_V4
 		if dst.Addr().Is6() {
 			fam = netlink.FAMILY_V6

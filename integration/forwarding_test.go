@@ -30,7 +30,7 @@ var fwdConfig = map[string]any{
 func clientBehind(t *testing.T, f *pod) (ns.NetNS, netip.Addr, netip.Addr) {
 	t.Helper()
 	c4, c6 := netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("2001:db8:100::10")
-	cns := hostBehind(t, f.ns, "cl0",
+	cns := hostBehind(t, f.NS, "cl0",
 		netip.MustParsePrefix("198.51.100.1/24"), netip.MustParsePrefix("2001:db8:100::1/64"), c4, c6)
 	return cns, c4, c6
 }
@@ -58,7 +58,7 @@ func TestForwardingPodCarriesTraffic(t *testing.T) {
 			if err := eventually(5*time.Second, func() error {
 				return dialTCP(cns, netip.Addr{}, netip.AddrPortFrom(server, srv.port()), time.Second)
 			}); err != nil {
-				t.Fatalf("client %s -> server %s through the forwarding pod: %v\nlog:\n%s", client, server, err, n.log())
+				t.Fatalf("client %s -> server %s through the forwarding pod: %v\nlog:\n%s", client, server, err, n.Log())
 			}
 			if !srv.sawPeer(client) {
 				t.Fatalf("server did not see the client's own address %s: %v", client, srv.peers)
@@ -70,10 +70,10 @@ func TestForwardingPodCarriesTraffic(t *testing.T) {
 			if !cl.sawPeer(server) {
 				t.Fatalf("client did not see the server's address %s", server)
 			}
-			if err := f.check(); err != nil {
+			if err := f.Check(); err != nil {
 				t.Fatalf("CHECK: %v", err)
 			}
-			if err := f.del(); err != nil {
+			if err := f.Del(); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
 			dst := netip.MustParsePrefix("198.51.100.0/24")
@@ -98,7 +98,7 @@ func TestForwardingPodWithoutAnnotationIsChecked(t *testing.T) {
 	}})
 	cns, _, _ := clientBehind(t, p)
 	// Forwarding as podwire would set it, so that only the check differs.
-	if err := p.ns.Do(func(ns.NetNS) error {
+	if err := p.NS.Do(func(ns.NetNS) error {
 		_, err := sysctl.Sysctl("net.ipv4.ip_forward", "1")
 		return err
 	}); err != nil {
@@ -132,20 +132,20 @@ func TestAllowedSourcePrefixes(t *testing.T) {
 				if v6 {
 					bits, via, fam = "/128", p.v6, "-6"
 				}
-				doIn(t, p.ns, [][]string{{"ip", fam, "addr", "add", a + bits, "dev", "eth0", "nodad"}})
-				n.do(func() error {
+				doIn(t, p.NS, [][]string{{"ip", fam, "addr", "add", a + bits, "dev", "eth0", "nodad"}})
+				n.Do(func() error {
 					return run("ip", fam, "route", "add", a+bits, "via", via.String(), "dev", p.hostIf())
 				})
 			}
 			if err := eventually(3*time.Second, func() error {
-				return dialTCP(p.ns, netip.MustParseAddr(in), dst, time.Second)
+				return dialTCP(p.NS, netip.MustParseAddr(in), dst, time.Second)
 			}); err != nil {
 				t.Fatalf("source %s inside the allowed prefixes: %v", in, err)
 			}
-			if err := dialTCP(p.ns, netip.MustParseAddr(out), dst, time.Second); err == nil {
+			if err := dialTCP(p.NS, netip.MustParseAddr(out), dst, time.Second); err == nil {
 				t.Fatalf("source %s outside the allowed prefixes passed", out)
 			}
-			if err := dialTCP(p.ns, p.addr(v6), dst, time.Second); err != nil {
+			if err := dialTCP(p.NS, p.addr(v6), dst, time.Second); err != nil {
 				t.Fatalf("pod's own address %s: %v", p.addr(v6), err)
 			}
 		})
@@ -191,14 +191,14 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 			}
 
 			// rp_filter on for the whole node: the forwarding ADD says so.
-			n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "1"); return err })
+			n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "1"); return err })
 			f := n.mustAddPod(podSpec{version: v, namespace: "nf-x", podwire: fwdConfig, annotations: map[string]string{
 				"podwire.io/forwarding": "true", "podwire.io/routes": "198.51.100.0/24,2001:db8:100::/64",
 			}})
-			if !strings.Contains(n.log(), "net.ipv4.conf.all.rp_filter is 1") {
-				t.Errorf("no rp_filter warning in the log:\n%s", n.log())
+			if !strings.Contains(n.Log(), "net.ipv4.conf.all.rp_filter is 1") {
+				t.Errorf("no rp_filter warning in the log:\n%s", n.Log())
 			}
-			n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "0"); return err })
+			n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "0"); return err })
 			o := n.mustAddPod(podSpec{version: v, namespace: "nf-x", podwire: fwdConfig, annotations: map[string]string{
 				"podwire.io/allowed-source-prefixes": "10.99.0.0/24",
 			}})
@@ -211,7 +211,7 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 			// CHECK (0.4.0 and later) sees tampering with what the pod has.
 			if hasCheck(v) {
 				for _, p := range []*pod{f, o} {
-					if err := p.check(); err != nil {
+					if err := p.Check(); err != nil {
 						t.Fatalf("CHECK: %v", err)
 					}
 				}
@@ -230,34 +230,34 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 				if err := c.Flush(); err != nil {
 					t.Fatal(err)
 				}
-				if err := o.check(); err == nil {
+				if err := o.Check(); err == nil {
 					t.Fatal("CHECK passed with the pod's element removed")
 				}
-				n.do(func() error { return run("ip", "route", "del", "198.51.100.0/24") })
-				if err := f.check(); err == nil || !strings.Contains(err.Error(), "198.51.100.0/24") {
+				n.Do(func() error { return run("ip", "route", "del", "198.51.100.0/24") })
+				if err := f.Check(); err == nil || !strings.Contains(err.Error(), "198.51.100.0/24") {
 					t.Fatalf("CHECK with the route removed: %v", err)
 				}
-				n.do(func() error {
+				n.Do(func() error {
 					return run("ip", "route", "add", "198.51.100.0/24", "via", f.v4.String(), "dev", f.hostIf(), "onlink")
 				})
-				n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf."+f.hostIf()+".rp_filter", "2"); return err })
-				if err := f.check(); err == nil || !strings.Contains(err.Error(), "rp_filter") {
+				n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf."+f.hostIf()+".rp_filter", "2"); return err })
+				if err := f.Check(); err == nil || !strings.Contains(err.Error(), "rp_filter") {
 					t.Fatalf("CHECK with host rp_filter 2: %v", err)
 				}
-				if err := f.ns.Do(func(ns.NetNS) error { _, err := sysctl.Sysctl("net.ipv4.ip_forward", "0"); return err }); err != nil {
+				if err := f.NS.Do(func(ns.NetNS) error { _, err := sysctl.Sysctl("net.ipv4.ip_forward", "0"); return err }); err != nil {
 					t.Fatal(err)
 				}
-				n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf."+f.hostIf()+".rp_filter", "0"); return err })
-				if err := f.check(); err == nil || !strings.Contains(err.Error(), "ip_forward") {
+				n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf."+f.hostIf()+".rp_filter", "0"); return err })
+				if err := f.Check(); err == nil || !strings.Contains(err.Error(), "ip_forward") {
 					t.Fatalf("CHECK with ip_forward 0 in the pod: %v", err)
 				}
 			}
 
 			for _, p := range []*pod{f, o} {
-				if err := p.del(); err != nil {
+				if err := p.Del(); err != nil {
 					t.Fatalf("DEL: %v", err)
 				}
-				if err := p.delNoNetns(); err != nil {
+				if err := p.DelNoNetns(); err != nil {
 					t.Fatalf("DEL without netns and prevResult: %v", err)
 				}
 			}
@@ -291,14 +291,14 @@ func TestForwardingDelVanishedNetnsAndGC(t *testing.T) {
 	if len(n.nodeRoutes(netip.MustParsePrefix("2001:db8:100::/64"))) != 1 || len(n.nodeRoutes(netip.MustParsePrefix("198.51.100.0/24"))) != 1 {
 		t.Fatal("routes of podwire.io/routes missing after ADD")
 	}
-	f.closeNS()
-	if err := f.delNoNetns(); err != nil {
+	f.ReleaseNS()
+	if err := f.DelNoNetns(); err != nil {
 		t.Fatalf("DEL after the netns vanished: %v", err)
 	}
 	if rs := n.nodeRoutes(netip.MustParsePrefix("2001:db8:100::/64")); len(rs) != 0 {
 		t.Fatalf("route left after DEL without netns: %v", rs)
 	}
-	if err := os.RemoveAll(filepath.Join(n.dir, "cache")); err != nil {
+	if err := os.RemoveAll(filepath.Join(n.Dir, "cache")); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.gc(list); err != nil {

@@ -61,7 +61,7 @@ func (u *uninstallNode) readyz() (string, error) {
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var conn net.Conn
-			err := u.ns.Do(func(ns.NetNS) error {
+			err := u.NS.Do(func(ns.NetNS) error {
 				var err error
 				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 				return err
@@ -92,7 +92,7 @@ func (u *uninstallNode) readyz() (string, error) {
 // on the node (its entry does not come back, the socket path stays).
 func TestSurgeHandover(t *testing.T) {
 	u := newUninstallNode(t)
-	oldLog, newLog := filepath.Join(u.dir, "old.log"), filepath.Join(u.dir, "new.log")
+	oldLog, newLog := filepath.Join(u.Dir, "old.log"), filepath.Join(u.Dir, "new.log")
 	stopOld := u.startHandoverAgent("pod-old", u.podwireEntry(map[string]any{"logFile": oldLog}))
 	if got := u.entryLogFile(); got != oldLog {
 		t.Fatalf("the old agent's entry: logFile %q, want %q", got, oldLog)
@@ -117,8 +117,8 @@ func TestSurgeHandover(t *testing.T) {
 		}
 	}
 	// The socket path is the new agent's: it answers a pod lookup.
-	sock := filepath.Join(u.stateDir(), "agent.sock")
-	if err := u.ns.Do(func(ns.NetNS) error {
+	sock := filepath.Join(u.StateDir(), "agent.sock")
+	if err := u.NS.Do(func(ns.NetNS) error {
 		c, err := net.DialTimeout("unix", sock, time.Second)
 		if err == nil {
 			c.Close()

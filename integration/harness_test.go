@@ -8,7 +8,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,12 +17,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/cnitest"
-	"github.com/podwire/podwire/internal/testns"
 	"github.com/podwire/podwire/pkg/cliapi"
 )
 
@@ -56,57 +52,30 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// node is a simulated Kubernetes node: a netns with forwarding on, a CNI
-// config dir of its own (libcni cache, host-local data, podwire state, log).
+// node is a simulated Kubernetes node (cnitest.Node: a netns with
+// forwarding on, a directory of its own, libcni) whose chain is ptp +
+// host-local, dual stack, then podwire.
 type node struct {
-	t      *testing.T
-	ns     ns.NetNS
-	dir    string
-	cni    *libcni.CNIConfig
-	v4Pool string // pod subnet of ptp's host-local
-	v6Pool string
-	// ptpIPMasq turns on ptp's ipMasq (a primary plugin's masquerade at
-	// srcnat, which podwire's egress SNAT must win over).
-	ptpIPMasq bool
-	// primary, when set, replaces ptp as the chain's first plugin (its
-	// IPAM included), e.g. the reference bridge plugin.
-	primary map[string]any
+	*cnitest.Node
+	t testing.TB
 }
 
-// newNode makes a node netns; the test's cleanup removes it and, since the
-// netns goes away with it, every link, route and nftables table in it.
-func newNode(t *testing.T) *node {
+// newNode makes a node; the test's cleanup removes its netns and, with it,
+// every link, route and nftables table in it.
+func newNode(t testing.TB) *node {
 	t.Helper()
-	nodeNS, err := testns.Make()
-	if err != nil {
-		t.Fatalf("failed to create node netns: %v", err)
-	}
-	n := &node{t: t, ns: nodeNS, dir: t.TempDir(), v4Pool: "10.244.1.0/24", v6Pool: "fd00:244:1::/64"}
-	t.Cleanup(func() { testns.Release(nodeNS) })
-	n.cni = libcni.NewCNIConfigWithCacheDir(
-		[]string{filepath.Dir(podwireBin), cniBinDir}, filepath.Join(n.dir, "cache"), nil)
-	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
-		t.Fatalf("node: %v", err)
-	}
-	return n
-}
-
-// client is the node's runtime: libcni (n.cni, which a test may swap)
-// inside the node netns.
-func (n *node) client() *cnitest.Client { return &cnitest.Client{NS: n.ns, CNI: n.cni} }
-
-// do runs f inside the node netns (fatal on error).
-func (n *node) do(f func() error) {
-	n.t.Helper()
-	if err := n.ns.Do(func(ns.NetNS) error { return f() }); err != nil {
-		n.t.Fatal(err)
-	}
+	return &node{t: t, Node: cnitest.NewNode(t, cnitest.NodeOptions{
+		PluginDirs: []string{filepath.Dir(podwireBin), cniBinDir},
+		Sysctls:    cnitest.RouterSysctls,
+		Base: cnitest.Chain{Name: "podwire-test", V4Pool: "10.244.1.0/24", V6Pool: "fd00:244:1::/64",
+			DefaultRoutes: true, MTU: 1500},
+	})}
 }
 
 // linkCount is the number of links in the node's netns.
 func (n *node) linkCount() int {
 	var c int
-	n.do(func() error {
+	n.Do(func() error {
 		links, err := netlinksafe.LinkList()
 		c = len(links)
 		return err
@@ -114,40 +83,26 @@ func (n *node) linkCount() int {
 	return c
 }
 
-func (n *node) stateDir() string { return filepath.Join(n.dir, "state") }
-func (n *node) logFile() string  { return filepath.Join(n.dir, "podwire.log") }
-
-// chain is ptp + host-local (dual stack), or n.primary, then podwire with
-// the given extra keys, for one spec version.
-func (n *node) chain(version string, podwire map[string]any) cnitest.Chain {
-	return cnitest.Chain{
-		Name: "podwire-test", Version: version, IPAMDir: filepath.Join(n.dir, "ipam"),
-		V4Pool: n.v4Pool, V6Pool: n.v6Pool, DefaultRoutes: true, MTU: 1500, IPMasq: n.ptpIPMasq,
-		PrimaryEntry: n.primary,
-		Plugins:      []map[string]any{cnitest.PodwireEntry(n.stateDir(), n.logFile(), podwire)},
-	}
-}
-
 // conflist is chain parsed by libcni (test goroutine only: fatal on error).
 func (n *node) conflist(version string, podwire map[string]any) *libcni.NetworkConfigList {
 	n.t.Helper()
-	l, err := n.chain(version, podwire).List()
+	l, err := n.Chain(version, podwire).List()
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	return l
 }
 
-// writeConflist writes n's chain for version (podwire without extra keys)
+// writeConflist writes n's chain for version (podwire with the extra keys)
 // as the node's conflist file, for the CLI (`podwire status`, `repair`), and
 // returns its path.
-func (n *node) writeConflist(version string) string {
+func (n *node) writeConflist(version string, podwire map[string]any) string {
 	n.t.Helper()
-	raw, err := n.chain(version, nil).Bytes()
+	raw, err := n.Chain(version, podwire).Bytes()
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	path := filepath.Join(n.dir, "10-primary.conflist")
+	path := filepath.Join(n.Dir, "10-primary.conflist")
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		n.t.Fatal(err)
 	}
@@ -158,15 +113,11 @@ func (n *node) writeConflist(version string) string {
 // node netns, as an operator on the node does, and returns its report.
 func (n *node) podwireStatus(conflist string) cliapi.NodeStatus {
 	n.t.Helper()
-	out, err := exec.Command("nsenter", "--net="+n.ns.Path(), podwireBin, "status", "--conflist", conflist, "--json").Output()
+	st, _, err := cnitest.RunStatus(exec.Command("nsenter", "--net="+n.NS.Path(), podwireBin, "status", "--conflist", conflist, "--json"))
 	if err != nil {
-		n.t.Fatalf("podwire status: %v\n%s", err, out)
+		n.t.Fatal(err)
 	}
-	var st cliapi.NodeStatus
-	if err := json.Unmarshal(out, &st); err != nil {
-		n.t.Fatalf("podwire status: %v\n%s", err, out)
-	}
-	return st
+	return *st
 }
 
 // podSpec says how a pod is created.
@@ -185,16 +136,12 @@ type podSpec struct {
 	uid  string // K8S_POD_UID; default random
 }
 
-// pod is one pod sandbox: its netns and CNI attachment.
+// pod is one pod sandbox on n (cnitest.Pod) with its first IPv4 and IPv6
+// address.
 type pod struct {
+	*cnitest.Pod
 	n      *node
-	ns     ns.NetNS
-	list   *libcni.NetworkConfigList
-	rt     *libcni.RuntimeConf
-	result *current.Result
-	// version is the cniVersion of the result as the runtime received it.
-	version string
-	v4, v6  netip.Addr
+	v4, v6 netip.Addr
 }
 
 // args is what a CRI runtime sends for the pod.
@@ -218,20 +165,16 @@ func (n *node) addPod(s podSpec) (*pod, error) {
 	list := s.list
 	if list == nil {
 		var err error
-		if list, err = n.chain(s.version, s.podwire).List(); err != nil {
+		if list, err = n.Chain(s.version, s.podwire).List(); err != nil {
 			return nil, err
 		}
 	}
-	sb, err := n.client().AddSandbox(list, s.args())
+	cp, err := n.AddPod(list, s.args())
 	if err != nil {
 		return nil, err
 	}
-	p := &pod{n: n, ns: sb.NS, list: list, rt: sb.RT, result: sb.Result, version: sb.Version}
-	p.v4, p.v6 = sb.Addrs()
-	n.t.Cleanup(func() {
-		_ = p.del()
-		p.closeNS()
-	})
+	p := &pod{Pod: cp, n: n}
+	p.v4, p.v6 = cp.Addrs()
 	return p, nil
 }
 
@@ -240,39 +183,25 @@ func (n *node) mustAddPod(s podSpec) *pod {
 	n.t.Helper()
 	p, err := n.addPod(s)
 	if err != nil {
-		n.t.Fatalf("ADD: %v\nlog:\n%s", err, n.log())
+		n.t.Fatalf("ADD: %v\nlog:\n%s", err, n.Log())
 	}
 	return p
 }
-
-func (p *pod) closeNS() {
-	testns.Release(p.ns)
-	p.ns = nil
-}
-
-// del runs DEL through the chain (libcni passes the cached prevResult; a
-// second DEL finds no cache and sends none).
-func (p *pod) del() error { return p.n.client().Del(p.list, p.rt) }
-
-// delNoNetns runs DEL as a runtime's second DEL: no netns, no prevResult.
-func (p *pod) delNoNetns() error { return p.n.client().DelNoNetns(p.list, p.rt) }
-
-func (p *pod) check() error { return p.n.client().Check(p.list, p.rt) }
 
 // gc runs GC for the list with the given valid attachments.
 func (n *node) gc(list *libcni.NetworkConfigList, valid ...*pod) error {
 	var rts []*libcni.RuntimeConf
 	for _, p := range valid {
-		rts = append(rts, p.rt)
+		rts = append(rts, p.RT)
 	}
-	return n.client().GC(list, rts...)
+	return n.Client().GC(list, rts...)
 }
 
-func (n *node) status(list *libcni.NetworkConfigList) error { return n.client().Status(list) }
+func (n *node) status(list *libcni.NetworkConfigList) error { return n.Client().Status(list) }
 
 // records returns the names of podwire's state records on the node.
 func (n *node) records() []string {
-	entries, _ := os.ReadDir(n.stateDir())
+	entries, _ := os.ReadDir(n.StateDir())
 	var out []string
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
@@ -280,11 +209,6 @@ func (n *node) records() []string {
 		}
 	}
 	return out
-}
-
-func (n *node) log() string {
-	b, _ := os.ReadFile(n.logFile())
-	return string(b)
 }
 
 // Shared with the other suites through integration/cnitest.

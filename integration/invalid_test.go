@@ -78,7 +78,7 @@ func TestInvalidInputRefused(t *testing.T) {
 // assertLockFree fails when the node lock is held.
 func assertLockFree(t *testing.T, n *node) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(n.stateDir(), "node.lock"), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(n.StateDir(), "node.lock"), os.O_RDWR, 0)
 	if os.IsNotExist(err) {
 		return
 	}

@@ -135,7 +135,7 @@ func TestAgentMetrics(t *testing.T) {
 
 	// The honest pod's own datagrams arrive (so its path is open and a
 	// zero below is not an idle pod's zero); the forged ones do not.
-	if err := packets.SendFrom(honest.ns.Path(), honest.v4, dst, "honest", 5); err != nil {
+	if err := packets.SendFrom(honest.NS.Path(), honest.v4, dst, "honest", 5); err != nil {
 		t.Fatal(err)
 	}
 	if !sink.WaitGot(honest.v4, "honest", 3*time.Second) {
@@ -143,7 +143,7 @@ func TestAgentMetrics(t *testing.T) {
 	}
 	forged := netip.MustParseAddr("10.99.0.5")
 	const sent = 10
-	if err := packets.SendFrom(forger.ns.Path(), forged, dst, "forged", sent); err != nil {
+	if err := packets.SendFrom(forger.NS.Path(), forged, dst, "forged", sent); err != nil {
 		t.Fatal(err)
 	}
 	if sink.WaitGot(forged, "forged", time.Second) {
@@ -200,7 +200,7 @@ func TestAgentMetrics(t *testing.T) {
 	}
 	before := ta.scrape(t)
 	if _, err := n.addPodNoCapability("default", "asked", uid, nil); err != nil {
-		t.Fatalf("ADD asking the agent: %v\nlog:\n%s", err, n.log())
+		t.Fatalf("ADD asking the agent: %v\nlog:\n%s", err, n.Log())
 	}
 	if _, err := n.addPodNoCapability("default", "asked", "6f1c2a52-0000-4000-8000-0000000000ff", nil); err == nil {
 		t.Fatal("ADD with another pod's UID was not refused")
@@ -324,7 +324,7 @@ func TestAgentMetrics(t *testing.T) {
 	}
 
 	// A deleted pod's series goes with its record.
-	if err := forger.del(); err != nil {
+	if err := forger.Del(); err != nil {
 		t.Fatal(err)
 	}
 	if err := eventually(5*time.Second, func() error {
@@ -349,7 +349,7 @@ func TestAgentLogFormat(t *testing.T) {
 		t.Fatalf("the agent binary beside the plugin: %v (make build)", err)
 	}
 	n := newNode(t)
-	kubeconfig := filepath.Join(n.dir, "kubeconfig")
+	kubeconfig := filepath.Join(n.Dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
@@ -359,7 +359,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	confDir := filepath.Join(n.dir, "net.d")
+	confDir := filepath.Join(n.Dir, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -371,19 +371,19 @@ current-context: c
 	defer cancel()
 	var stderr strings.Builder
 	cmd := exec.CommandContext(ctx, agentBin, "--log-format=json", "--log-level=warn",
-		"--node-name=worker-1", "--kubeconfig="+kubeconfig, "--state-dir="+n.stateDir(),
-		"--cni-conf-dir="+confDir, "--cni-bin-dir="+filepath.Join(n.dir, "bin"), "--plugin="+podwireBin,
+		"--node-name=worker-1", "--kubeconfig="+kubeconfig, "--state-dir="+n.StateDir(),
+		"--cni-conf-dir="+confDir, "--cni-bin-dir="+filepath.Join(n.Dir, "bin"), "--plugin="+podwireBin,
 		"--config="+string(e), "--health-addr=", "--interval=1s", "--metrics-bind-address="+metricsAddr)
 	cmd.Stderr = &stderr
 	// Started from a thread in the node netns: the agent and the plugin
 	// it runs for the table repair act there.
-	if err := n.ns.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
+	if err := n.NS.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
 		t.Fatal(err)
 	}
-	ta := &testAgent{nodeNS: n.ns}
+	ta := &testAgent{nodeNS: n.NS}
 	if err := eventually(5*time.Second, func() error {
 		var c net.Conn
-		if err := n.ns.Do(func(ns.NetNS) error {
+		if err := n.NS.Do(func(ns.NetNS) error {
 			var err error
 			c, err = net.DialTimeout("tcp", metricsAddr, time.Second)
 			return err
@@ -433,7 +433,7 @@ current-context: c
 	if strings.Contains(stderr.String(), `"level":"INFO"`) {
 		t.Error("INFO records at --log-level=warn")
 	}
-	if _, err := os.Stat(filepath.Join(n.dir, "bin", "podwire")); err != nil {
+	if _, err := os.Stat(filepath.Join(n.Dir, "bin", "podwire")); err != nil {
 		t.Errorf("the agent did not get as far as installing the plugin: %v\n%s", err, stderr.String())
 	}
 }
@@ -445,7 +445,7 @@ current-context: c
 // same bridge, whose own datagrams arrive, has none.
 func TestStatusDropsBridged(t *testing.T) {
 	n := newNode(t)
-	n.primary = bridgePrimary(n)
+	n.Base.PrimaryEntry = bridgePrimary(n)
 	setBrNetfilter(t, n, "0")
 	be := n.newBackend()
 	const port = 7101
@@ -458,7 +458,7 @@ func TestStatusDropsBridged(t *testing.T) {
 	honest := n.mustAddPod(podSpec{namespace: "shop", name: "honest"})
 	forger := n.mustAddPod(podSpec{namespace: "shop", name: "forger"})
 
-	if err := packets.SendFrom(honest.ns.Path(), honest.v4, dst, "honest", 3); err != nil {
+	if err := packets.SendFrom(honest.NS.Path(), honest.v4, dst, "honest", 3); err != nil {
 		t.Fatal(err)
 	}
 	if !sink.WaitGot(honest.v4, "honest", 3*time.Second) {
@@ -466,17 +466,17 @@ func TestStatusDropsBridged(t *testing.T) {
 	}
 	const sent = 5
 	forged := netip.MustParseAddr("10.99.0.5")
-	if err := packets.SendFrom(forger.ns.Path(), forged, dst, "forged", sent); err != nil {
+	if err := packets.SendFrom(forger.NS.Path(), forged, dst, "forged", sent); err != nil {
 		t.Fatal(err)
 	}
-	if err := packets.SendGratuitousARP(forger.ns.Path(), "eth0", honest.v4); err != nil {
+	if err := packets.SendGratuitousARP(forger.NS.Path(), "eth0", honest.v4); err != nil {
 		t.Fatal(err)
 	}
 	if sink.WaitGot(forged, "forged", time.Second) {
 		t.Fatalf("a forged source %s passed the bridge", forged)
 	}
 
-	conflist := n.writeConflist("1.1.0")
+	conflist := n.writeConflist("1.1.0", nil)
 	st := n.podwireStatus(conflist)
 	drops := map[string]*cliapi.Drops{}
 	for _, a := range st.Attachments {

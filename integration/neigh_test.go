@@ -102,7 +102,7 @@ func count(frames [][]byte, match func([]byte) bool) int {
 // once the pod talks (the capture works).
 func TestNoAnnouncementOnPointToPoint(t *testing.T) {
 	n := newNode(t)
-	frames := captureFrames(t, n.ns)
+	frames := captureFrames(t, n.NS)
 	p := n.mustAddPod(podSpec{})
 	time.Sleep(300 * time.Millisecond) // anything late from ADD
 	got := frames.drain()
@@ -112,8 +112,8 @@ func TestNoAnnouncementOnPointToPoint(t *testing.T) {
 	if c := count(got, isNeighborAdvert(p.v6)); c != 0 {
 		t.Errorf("node saw %d neighbour advertisements of the ptp pod's %s, want 0", c, p.v6)
 	}
-	gw := p.result.IPs[0].Gateway
-	if err := p.ns.Do(func(ns.NetNS) error { return run("ping", "-c1", "-W1", gw.String()) }); err != nil {
+	gw := p.Result.IPs[0].Gateway
+	if err := p.NS.Do(func(ns.NetNS) error { return run("ping", "-c1", "-W1", gw.String()) }); err != nil {
 		t.Fatalf("pod to its gateway: %v", err)
 	}
 	if count(frames.drain(), isARPFrom(p.v4)) == 0 {
@@ -129,7 +129,7 @@ var neighbourMAC = cnitest.NeighbourMAC
 func podMAC(t *testing.T, p *pod) net.HardwareAddr {
 	t.Helper()
 	var mac net.HardwareAddr
-	if err := p.ns.Do(func(ns.NetNS) error {
+	if err := p.NS.Do(func(ns.NetNS) error {
 		l, err := netlinksafe.LinkByName("eth0")
 		if err == nil {
 			mac = l.Attrs().HardwareAddr
@@ -151,14 +151,14 @@ func podMAC(t *testing.T, p *pod) net.HardwareAddr {
 func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 	n := newNode(t)
 	v4, v6 := netip.MustParseAddr("10.244.1.10"), netip.MustParseAddr("fd00:244:1::10")
-	n.primary = map[string]any{
+	n.Base.PrimaryEntry = map[string]any{
 		"type":      "bridge",
 		"bridge":    "cni0",
 		"isGateway": true,
 		"mtu":       1500,
 		"ipam": map[string]any{
 			"type":    "host-local",
-			"dataDir": filepath.Join(n.dir, "ipam"),
+			"dataDir": filepath.Join(n.Dir, "ipam"),
 			"ranges": []any{
 				[]any{map[string]string{"subnet": "10.244.1.0/24", "rangeStart": v4.String(), "rangeEnd": v4.String()}},
 				[]any{map[string]string{"subnet": "fd00:244:1::/64", "rangeStart": v6.String(), "rangeEnd": v6.String()}},
@@ -173,7 +173,7 @@ func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 	// The neighbour: a netns on cni0 that talks to a.
 	nb := testns.New(t)
 	nbPort := "nb" + randHex(4)
-	n.do(func() error {
+	n.Do(func() error {
 		if err := run("ip", "link", "add", nbPort, "type", "veth", "peer", "name", "eth0", "netns", nb.Path()); err != nil {
 			return err
 		}
@@ -204,10 +204,10 @@ func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 			t.Fatalf("neighbour's entry for %s is %v (%v), want a's %s", ip, mac, err, macA)
 		}
 	}
-	if err := a.del(); err != nil {
+	if err := a.Del(); err != nil {
 		t.Fatalf("DEL a: %v", err)
 	}
-	a.closeNS()
+	a.ReleaseNS()
 
 	b := n.mustAddPod(podSpec{})
 	added := time.Now()
@@ -233,7 +233,7 @@ func TestBridgedPrimaryNeighbourLearnsReusedIP(t *testing.T) {
 		}
 		if mac.String() != macB.String() {
 			t.Errorf("1 s after b's ADD the neighbour's entry for the reused %s is %s, want b's %s\nlog:\n%s",
-				ip, mac, macB, n.log())
+				ip, mac, macB, n.Log())
 		}
 	}
 	if !t.Failed() {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -64,7 +63,7 @@ func egressConf() map[string]any {
 func uplink(t *testing.T, n *node, defaultRoute6 bool) ns.NetNS {
 	t.Helper()
 	peer := testns.New(t)
-	n.do(func() error {
+	n.Do(func() error {
 		for _, c := range [][]string{
 			{"link", "add", "uplink0", "type", "veth", "peer", "name", "lb0", "netns", filepath.Base(peer.Path())},
 			{"link", "set", "uplink0", "up"},
@@ -100,9 +99,9 @@ func uplink(t *testing.T, n *node, defaultRoute6 bool) ns.NetNS {
 			{"addr", "add", extExcept4.String() + "/32", "dev", "lo"},
 			{"addr", "add", ext6.String() + "/128", "dev", "lo"},
 			{"addr", "add", extExcept6.String() + "/128", "dev", "lo"},
-			{"route", "add", n.v4Pool, "via", nodeUp4.String()},
+			{"route", "add", n.Base.V4Pool, "via", nodeUp4.String()},
 			{"route", "add", egress4.String() + "/32", "via", nodeUp4.String()},
-			{"route", "add", n.v6Pool, "via", nodeUp6.String()},
+			{"route", "add", n.Base.V6Pool, "via", nodeUp6.String()},
 			{"route", "add", egress6.String() + "/128", "via", nodeUp6.String()},
 		} {
 			if err := run("ip", c...); err != nil {
@@ -147,7 +146,7 @@ func noChecksumOffload(t *testing.T, netns ns.NetNS, link string) {
 
 // hostVeth is the node side of a pod's ptp veth.
 func (p *pod) hostVeth() string {
-	for _, i := range p.result.Interfaces {
+	for _, i := range p.Result.Interfaces {
 		if i.Sandbox == "" {
 			return i.Name
 		}
@@ -165,22 +164,22 @@ func TestProbeSNAT(t *testing.T) {
 	peer := uplink(t, n, true)
 	p := n.mustAddPod(podSpec{podwire: map[string]any{"probeSNAT": map[string]any{"preset": "azure"}}})
 	noChecksumOffload(t, peer, "lb0")
-	noChecksumOffload(t, n.ns, "uplink0")
-	noChecksumOffload(t, n.ns, p.hostVeth())
-	noChecksumOffload(t, p.ns, "eth0")
+	noChecksumOffload(t, n.NS, "uplink0")
+	noChecksumOffload(t, n.NS, p.hostVeth())
+	noChecksumOffload(t, p.NS, "eth0")
 	// A specific address: a wildcard "[::]" listener is IPv4-only when Go
 	// probed the test process's own netns as without IPv6.
-	srv := listenTCP(t, p.ns, netip.AddrPortFrom(p.v6, 0).String())
+	srv := listenTCP(t, p.NS, netip.AddrPortFrom(p.v6, 0).String())
 	dst := netip.AddrPortFrom(p.v6, srv.port())
 	for i := range 3 {
 		if err := dialTCP(peer, probeFrom.WithZone("lb0"), dst, dialTimeout); err != nil {
-			t.Fatalf("probe %d from %s to %s: %v\n%s", i, probeFrom, dst, err, nftList(t, n.ns))
+			t.Fatalf("probe %d from %s to %s: %v\n%s", i, probeFrom, dst, err, nftList(t, n.NS))
 		}
 	}
 	if !srv.sawPeer(probeTo) {
 		t.Fatalf("pod saw peers %v, want %s", srv.peers, probeTo)
 	}
-	if err := p.check(); err != nil {
+	if err := p.Check(); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
 }
@@ -194,13 +193,13 @@ func TestProbeSNATKeepsRouterAdvertisements(t *testing.T) {
 	peer := uplink(t, n, false)
 	conf := map[string]any{"probeSNAT": map[string]any{"preset": "azure", "interfaces": []string{"uplink0"}}}
 	n.mustAddPod(podSpec{podwire: conf})
-	if got := nftList(t, n.ns); !strings.Contains(got, "table ip6 podwire-probe-snat") {
+	if got := nftList(t, n.NS); !strings.Contains(got, "table ip6 podwire-probe-snat") {
 		t.Fatalf("probe table missing:\n%s", got)
 	}
 	sendRA(t, peer, "lb0", 600)
 	err := eventually(5*time.Second, func() error {
 		var found bool
-		err := n.ns.Do(func(ns.NetNS) error {
+		err := n.NS.Do(func(ns.NetNS) error {
 			routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V6)
 			for _, r := range routes {
 				if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(probeFrom.AsSlice()) && r.Protocol == unix.RTPROT_RA {
@@ -215,7 +214,7 @@ func TestProbeSNATKeepsRouterAdvertisements(t *testing.T) {
 		return err
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, nftList(t, n.ns))
+		t.Fatalf("%v\n%s", err, nftList(t, n.NS))
 	}
 }
 
@@ -264,7 +263,7 @@ func TestEgressIPs(t *testing.T) {
 	for _, masq := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ipMasq=%v", masq), func(t *testing.T) {
 			n := newNode(t)
-			n.ptpIPMasq = masq
+			n.Base.IPMasq = masq
 			peer := uplink(t, n, true)
 			spec := podSpec{podwire: map[string]any{"egress": egressConf()}}
 			a, b := n.mustAddPod(spec), n.mustAddPod(spec)
@@ -278,30 +277,30 @@ func TestEgressIPs(t *testing.T) {
 				{"outside IPv4", ext4, peer, egress4},
 				{"outside IPv6", ext6, peer, egress6},
 				{"exceptCIDRs IPv6", extExcept6, peer, map[bool]netip.Addr{false: a.v6, true: nodeUp6}[masq]},
-				{"pod-to-pod IPv4", b.v4, b.ns, a.v4},
-				{"pod-to-pod IPv6", b.v6, b.ns, a.v6},
+				{"pod-to-pod IPv4", b.v4, b.NS, a.v4},
+				{"pod-to-pod IPv6", b.v6, b.NS, a.v6},
 				{"exceptCIDRs IPv4", extExcept4, peer, map[bool]netip.Addr{false: a.v4, true: nodeUp4}[masq]},
 			} {
 				srv := listenTCP(t, tc.srvNS, netip.AddrPortFrom(tc.dst, 0).String())
-				if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil {
-					t.Fatalf("%s: dial %s: %v\n%s", tc.name, tc.dst, err, nftList(t, n.ns))
+				if err := dialTCP(a.NS, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil {
+					t.Fatalf("%s: dial %s: %v\n%s", tc.name, tc.dst, err, nftList(t, n.NS))
 				}
 				if !srv.sawPeer(tc.wantPeer) {
-					t.Fatalf("%s: server saw %v, want %s\n%s", tc.name, srv.peers, tc.wantPeer, nftList(t, n.ns))
+					t.Fatalf("%s: server saw %v, want %s\n%s", tc.name, srv.peers, tc.wantPeer, nftList(t, n.NS))
 				}
 			}
-			if err := a.check(); err != nil {
+			if err := a.Check(); err != nil {
 				t.Fatalf("CHECK: %v", err)
 			}
 			// DEL takes a's sources out of the sets; b's stay.
-			if err := a.del(); err != nil {
+			if err := a.Del(); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			got := nftList(t, n.ns)
+			got := nftList(t, n.NS)
 			if strings.Contains(got, a.v4.String()+" ") || !strings.Contains(got, b.v4.String()) {
 				t.Fatalf("after DEL of %s: sets\n%s", a.v4, got)
 			}
-			if err := b.check(); err != nil {
+			if err := b.Check(); err != nil {
 				t.Fatalf("CHECK of b after DEL of a: %v", err)
 			}
 		})
@@ -381,7 +380,7 @@ var wantRules = map[string]int{
 }
 
 // rebuilds counts the ADDs that laid down or repaired the node tables.
-func (n *node) rebuilds() int { return strings.Count(n.log(), "node tables laid down or repaired") }
+func (n *node) rebuilds() int { return strings.Count(n.Log(), "node tables laid down or repaired") }
 
 // egressSources returns the addresses in the egress table's pod sets.
 func egressSources(t *testing.T, netns ns.NetNS) map[netip.Addr]bool {
@@ -412,7 +411,7 @@ func egressSources(t *testing.T, netns ns.NetNS) map[netip.Addr]bool {
 // exactly the given pods' addresses as egress sources.
 func checkNodeTables(t *testing.T, n *node, pods ...*pod) {
 	t.Helper()
-	tables, rules := ourTables(t, n.ns)
+	tables, rules := ourTables(t, n.NS)
 	seen := map[string]int{}
 	for _, tb := range tables {
 		seen[tb]++
@@ -424,10 +423,10 @@ func checkNodeTables(t *testing.T, n *node, pods ...*pod) {
 	}
 	for ch, want := range wantRules {
 		if rules[ch] != want {
-			t.Fatalf("chain %s has %d rules, want %d\n%s", ch, rules[ch], want, nftList(t, n.ns))
+			t.Fatalf("chain %s has %d rules, want %d\n%s", ch, rules[ch], want, nftList(t, n.NS))
 		}
 	}
-	got := egressSources(t, n.ns)
+	got := egressSources(t, n.NS)
 	want := map[netip.Addr]bool{}
 	for _, p := range pods {
 		want[p.v4], want[p.v6] = true, true
@@ -460,11 +459,11 @@ func TestNodeTablesFirstADDRace(t *testing.T) {
 			wg.Wait()
 			for j, err := range errs {
 				if err != nil {
-					t.Fatalf("ADD %d: %v\nlog:\n%s", j, err, n.log())
+					t.Fatalf("ADD %d: %v\nlog:\n%s", j, err, n.Log())
 				}
 			}
 			if r := n.rebuilds(); r != 1 {
-				t.Fatalf("%d ADDs rebuilt the node tables, want exactly 1\nlog:\n%s", r, n.log())
+				t.Fatalf("%d ADDs rebuilt the node tables, want exactly 1\nlog:\n%s", r, n.Log())
 			}
 			checkNodeTables(t, n, ps...)
 		})
@@ -483,7 +482,7 @@ func TestNodeTablesRepair(t *testing.T) {
 	for range 3 {
 		old = append(old, n.mustAddPod(podSpec{podwire: nodeTablesConf()}))
 	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Fd())))
+	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,17 +523,17 @@ func TestNodeTablesRepair(t *testing.T) {
 			before := n.rebuilds()
 			p := n.mustAddPod(podSpec{podwire: conf})
 			if got := n.rebuilds() - before; got != 1 {
-				t.Fatalf("%s %d: %d rebuilds by the next ADD, want 1\nlog:\n%s", damage, i, got, n.log())
+				t.Fatalf("%s %d: %d rebuilds by the next ADD, want 1\nlog:\n%s", damage, i, got, n.Log())
 			}
 			checkNodeTables(t, n, append(old, p)...)
-			if err := p.check(); err != nil {
+			if err := p.Check(); err != nil {
 				t.Fatalf("%s %d: CHECK: %v", damage, i, err)
 			}
-			_, rules := ourTables(t, n.ns)
+			_, rules := ourTables(t, n.NS)
 			if rules["inet foreign/input"] != 1 {
 				t.Fatalf("%s %d: foreign table changed: %v", damage, i, rules)
 			}
-			if err := p.del(); err != nil {
+			if err := p.Del(); err != nil {
 				t.Fatalf("%s %d: DEL: %v", damage, i, err)
 			}
 			checkNodeTables(t, n, old...)
@@ -542,10 +541,10 @@ func TestNodeTablesRepair(t *testing.T) {
 	}
 	// The old pods still work through the repaired tables.
 	srv := listenTCP(t, peer, netip.AddrPortFrom(ext4, 0).String())
-	if err := dialTCP(old[0].ns, netip.Addr{}, netip.AddrPortFrom(ext4, srv.port()), dialTimeout); err != nil || !srv.sawPeer(egress4) {
+	if err := dialTCP(old[0].NS, netip.Addr{}, netip.AddrPortFrom(ext4, srv.port()), dialTimeout); err != nil || !srv.sawPeer(egress4) {
 		t.Fatalf("egress after repairs: err %v, peers %v", err, srv.peers)
 	}
-	probe := listenTCP(t, old[1].ns, netip.AddrPortFrom(old[1].v6, 0).String())
+	probe := listenTCP(t, old[1].NS, netip.AddrPortFrom(old[1].v6, 0).String())
 	if err := dialTCP(peer, probeFrom.WithZone("lb0"), netip.AddrPortFrom(old[1].v6, probe.port()), dialTimeout); err != nil || !probe.sawPeer(probeTo) {
 		t.Fatalf("probe after repairs: err %v, peers %v", err, probe.peers)
 	}
@@ -564,17 +563,12 @@ func TestEgressIPFromNodeAnnotation(t *testing.T) {
 	}
 	n.startAgent(n.primaryList("1.0.0", nil), n.podwireEntry(conf),
 		knode("worker-1", map[string]string{"podwire.io/egress-ip": egress4.String() + "," + egress6.String()}))
-	if err := eventually(10*time.Second, func() error {
-		_, err := os.Stat(filepath.Join(n.stateDir(), "node-egress-ip.cache"))
-		return err
-	}); err != nil {
-		t.Fatalf("agent did not write the node annotation: %v", err)
-	}
+	n.waitEgressFile()
 	a := n.mustAddPod(podSpec{podwire: conf})
 	for _, tc := range []struct{ dst, want netip.Addr }{{ext4, egress4}, {ext6, egress6}} {
 		srv := listenTCP(t, peer, netip.AddrPortFrom(tc.dst, 0).String())
-		if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) {
-			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.ns))
+		if err := dialTCP(a.NS, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) {
+			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.NS))
 		}
 	}
 }

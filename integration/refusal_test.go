@@ -23,10 +23,10 @@ import (
 // CNI error 7 naming the annotation either way, and leaves no record.
 func TestRefusalReportBounded(t *testing.T) {
 	n := newNode(t)
-	if err := os.MkdirAll(n.stateDir(), 0o700); err != nil {
+	if err := os.MkdirAll(n.StateDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(n.stateDir(), "agent.sock")
+	sock := filepath.Join(n.StateDir(), "agent.sock")
 	old := func(context.Context, agentapi.Request) *agentapi.Response {
 		return &agentapi.Response{Code: 11, Error: `unknown op "refusal": the agent is older than the plugin`}
 	}
@@ -65,7 +65,7 @@ func TestRefusalReportBounded(t *testing.T) {
 			if took > 3*time.Second {
 				t.Errorf("the refused ADD took %v with a %s agent, want about the 250 ms report bound", took, agent.name)
 			}
-			if recs, err := state.New(n.stateDir()).List(); err != nil || len(recs) != 0 {
+			if recs, err := state.New(n.StateDir()).List(); err != nil || len(recs) != 0 {
 				t.Errorf("records left: %d %v", len(recs), err)
 			}
 		})

@@ -143,7 +143,7 @@ func relAssertNode(t *testing.T, n *node, live []relPod, gone []int) {
 	}
 	wantRecs := map[string]bool{}
 	for _, rp := range live {
-		wantRecs[rp.p.rt.ContainerID+"_"+rp.p.rt.IfName+".json"] = true
+		wantRecs[rp.p.RT.ContainerID+"_"+rp.p.RT.IfName+".json"] = true
 	}
 	recs := n.records()
 	if len(recs) != len(wantRecs) {
@@ -174,7 +174,7 @@ func relAssertNode(t *testing.T, n *node, live []relPod, gone []int) {
 // relAssertNoTemp fails when a temporary record file is left in stateDir.
 func relAssertNoTemp(t *testing.T, n *node) {
 	t.Helper()
-	entries, _ := os.ReadDir(n.stateDir())
+	entries, _ := os.ReadDir(n.StateDir())
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".tmp") {
 			t.Errorf("temporary state file left behind: %s", e.Name())
@@ -237,10 +237,10 @@ func TestConcurrentAddDel(t *testing.T) {
 		mu.Lock()
 		p := pods[i]
 		mu.Unlock()
-		if err := p.del(); err != nil {
+		if err := p.Del(); err != nil {
 			return err
 		}
-		p.closeNS()
+		p.ReleaseNS()
 		return nil
 	}
 	liveOf := func(idx []int) []relPod {
@@ -258,7 +258,7 @@ func TestConcurrentAddDel(t *testing.T) {
 		for i, err := range errs {
 			t.Errorf("%s: pod %d: %v", round, i, err)
 		}
-		t.Fatalf("%s: %d of the invocations failed\nlog (tail):\n%s", round, len(errs), relTail(n.log(), 40))
+		t.Fatalf("%s: %d of the invocations failed\nlog (tail):\n%s", round, len(errs), relTail(n.Log(), 40))
 	}
 
 	first := relRange(0, 64)
@@ -266,7 +266,7 @@ func TestConcurrentAddDel(t *testing.T) {
 	t.Logf("64 parallel ADDs: %v", time.Since(start))
 	relAssertNode(t, n, liveOf(first), nil)
 	for _, i := range []int{0, 1} { // one forwarding and one ordinary pod pass CHECK
-		if err := pods[i].check(); err != nil {
+		if err := pods[i].Check(); err != nil {
 			t.Errorf("CHECK of pod %d after the parallel ADDs: %v", i, err)
 		}
 	}
@@ -313,8 +313,8 @@ func hostileList(t *testing.T, n *node) *libcni.NetworkConfigList {
 		"name":       "podwire-test",
 		"plugins": []any{map[string]any{
 			"type":     "podwire",
-			"stateDir": n.stateDir(),
-			"logFile":  n.logFile(),
+			"stateDir": n.StateDir(),
+			"logFile":  n.LogFile(),
 			"prevResult": map[string]any{
 				"cniVersion": "1.0.0",
 				"interfaces": []any{map[string]any{"name": "vethhostile"}, map[string]any{"name": "eth0", "sandbox": "/var/run/netns/none"}},
@@ -369,8 +369,8 @@ func TestHostileCNIArgs(t *testing.T) {
 			rt := &libcni.RuntimeConf{ContainerID: randHex(32), NetNS: "/var/run/netns/none", IfName: "eth0",
 				Args: append([][2]string{{"IgnoreUnknown", "1"}}, tc.args...)}
 			var err error
-			n.do(func() error {
-				_, err = n.cni.AddNetworkList(context.Background(), list, rt)
+			n.Do(func() error {
+				_, err = n.CNI.AddNetworkList(context.Background(), list, rt)
 				return nil
 			})
 			if err == nil {
@@ -434,7 +434,7 @@ func TestHostileContainerIDs(t *testing.T) {
 				c.Stdin = bytes.NewReader(conf)
 				var out []byte
 				var runErr error
-				n.do(func() error {
+				n.Do(func() error {
 					out, runErr = c.Output()
 					return nil
 				})

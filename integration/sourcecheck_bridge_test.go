@@ -28,10 +28,10 @@ func bridgePrimary(n *node) map[string]any {
 		"mtu":              1500,
 		"ipam": map[string]any{
 			"type":    "host-local",
-			"dataDir": filepath.Join(n.dir, "ipam"),
+			"dataDir": filepath.Join(n.Dir, "ipam"),
 			"ranges": []any{
-				[]any{map[string]string{"subnet": n.v4Pool}},
-				[]any{map[string]string{"subnet": n.v6Pool}},
+				[]any{map[string]string{"subnet": n.Base.V4Pool}},
+				[]any{map[string]string{"subnet": n.Base.V6Pool}},
 			},
 		},
 	}
@@ -50,7 +50,7 @@ func setBrNetfilter(t *testing.T, n *node, v string) {
 	for _, k := range []string{"iptables", "ip6tables", "arptables"} {
 		kv = append(kv, [2]string{"net.bridge.bridge-nf-call-" + k, v})
 	}
-	if err := cnitest.Sysctls(n.ns, kv...); err != nil {
+	if err := cnitest.Sysctls(n.NS, kv...); err != nil {
 		t.Fatalf("br_netfilter sysctls in the node netns: %v", err)
 	}
 }
@@ -82,7 +82,7 @@ func TestBridgedSourceCheck(t *testing.T) {
 
 func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 	n := newNode(t)
-	n.primary = bridgePrimary(n)
+	n.Base.PrimaryEntry = bridgePrimary(n)
 	setBrNetfilter(t, n, brnf)
 	be := n.newBackend()
 	const port = 9911
@@ -100,16 +100,16 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 	g := n.mustAddPod(podSpec{version: version, name: "g", namespace: "nf-x", podwire: fwdConfig,
 		annotations: map[string]string{"podwire.io/allowed-source-prefixes": "10.99.0.0/24"}})
 	for _, p := range []*pod{a, b, c, f, g} {
-		if p.version != version {
-			t.Fatalf("result cniVersion %q, want %q", p.version, version)
+		if p.Version != version {
+			t.Fatalf("result cniVersion %q, want %q", p.Version, version)
 		}
 	}
-	in, err := packets.NewSink(b.ns.Path(), port)
+	in, err := packets.NewSink(b.NS.Path(), port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	frames := captureFrames(t, b.ns)
+	frames := captureFrames(t, b.NS)
 
 	type send struct {
 		from *pod
@@ -137,7 +137,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 				to = netip.AddrPortFrom(d.v6, port)
 			}
 			payload := fmt.Sprintf("%s-%d", d.name, i)
-			if err := packets.SendFrom(s.from.ns.Path(), s.src, to, payload, 3); err != nil {
+			if err := packets.SendFrom(s.from.NS.Path(), s.src, to, payload, 3); err != nil {
 				t.Fatal(err)
 			}
 			if s.pass {
@@ -157,12 +157,12 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 	// Claims on the segment: a's own addresses reach b, c's do not.
 	frames.drain()
 	for _, ip := range []netip.Addr{a.v4, c.v4} {
-		if err := packets.SendGratuitousARP(a.ns.Path(), "eth0", ip); err != nil {
+		if err := packets.SendGratuitousARP(a.NS.Path(), "eth0", ip); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, ip := range []netip.Addr{a.v6, c.v6} {
-		if err := packets.SendNeighborAdvert(a.ns.Path(), "eth0", a.v6, ip); err != nil {
+		if err := packets.SendNeighborAdvert(a.NS.Path(), "eth0", a.v6, ip); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,7 +178,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 		t.Errorf("pod b saw %d neighbour advertisements from a claiming c's %s", k, c.v6)
 	}
 	if t.Failed() {
-		t.Logf("log:\n%s", n.log())
+		t.Logf("log:\n%s", n.Log())
 	}
 }
 
@@ -191,7 +191,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 //     element mattered), CHECK names the set, and the repair re-adds it.
 func TestBridgedCheckDriftRepaired(t *testing.T) {
 	n := newNode(t)
-	n.primary = bridgePrimary(n)
+	n.Base.PrimaryEntry = bridgePrimary(n)
 	be := n.newBackend()
 	const port = 9912
 	sink, err := packets.NewSink(be.ns.Path(), port)
@@ -200,17 +200,17 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 	}
 	defer sink.Close()
 	a := n.mustAddPod(podSpec{version: "1.0.0", name: "a"})
-	conflist := n.writeConflist("1.0.0")
+	conflist := n.writeConflist("1.0.0", nil)
 	repair := func() {
 		t.Helper()
-		n.do(func() error { return run(podwireBin, "repair", "--conflist", conflist) })
+		n.Do(func() error { return run(podwireBin, "repair", "--conflist", conflist) })
 	}
 	seq := 0
 	reaches := func(src netip.Addr) bool {
 		t.Helper()
 		seq++
 		payload := fmt.Sprintf("drift-%d", seq)
-		if err := packets.SendFrom(a.ns.Path(), src, netip.AddrPortFrom(be.v4, port), payload, 3); err != nil {
+		if err := packets.SendFrom(a.NS.Path(), src, netip.AddrPortFrom(be.v4, port), payload, 3); err != nil {
 			t.Fatal(err)
 		}
 		return sink.WaitGot(src, payload, time.Second)
@@ -229,12 +229,12 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 	if !reaches(forged) {
 		t.Fatal("with the bridge chain flushed a forged source is still dropped: the drift did not turn the check off, so this test proves nothing")
 	}
-	wantErrNaming(t, "CHECK after the bridge chain was flushed", a.check(), "bridge podwire", "filter-prerouting")
+	wantErrNaming(t, "CHECK after the bridge chain was flushed", a.Check(), "bridge podwire", "filter-prerouting")
 	repair()
 	if reaches(forged) || !reaches(a.v4) {
-		t.Fatalf("after podwire repair: own %s must pass and forged %s must be dropped\nlog:\n%s", a.v4, forged, n.log())
+		t.Fatalf("after podwire repair: own %s must pass and forged %s must be dropped\nlog:\n%s", a.v4, forged, n.Log())
 	}
-	if err := a.check(); err != nil {
+	if err := a.Check(); err != nil {
 		t.Fatalf("CHECK after the repair: %v", err)
 	}
 
@@ -253,12 +253,12 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 	if reaches(a.v4) {
 		t.Fatal("with its element deleted the pod's own source still passes: the element is not what lets it through")
 	}
-	wantErrNaming(t, "CHECK after an element was deleted", a.check(), "pod-v4", "bridge podwire")
+	wantErrNaming(t, "CHECK after an element was deleted", a.Check(), "pod-v4", "bridge podwire")
 	repair()
 	if !reaches(a.v4) {
-		t.Fatalf("after podwire repair the pod's own %s is still dropped\nlog:\n%s", a.v4, n.log())
+		t.Fatalf("after podwire repair the pod's own %s is still dropped\nlog:\n%s", a.v4, n.Log())
 	}
-	if err := a.check(); err != nil {
+	if err := a.Check(); err != nil {
 		t.Fatalf("CHECK after the repair: %v", err)
 	}
 }
@@ -267,12 +267,12 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 // interface without sandbox that is not the bridge.
 func hostVeth(t *testing.T, p *pod) string {
 	t.Helper()
-	for _, i := range p.result.Interfaces {
+	for _, i := range p.Result.Interfaces {
 		if i.Sandbox == "" && i.Name != "cni0" {
 			return i.Name
 		}
 	}
-	t.Fatalf("no host veth in %+v", p.result)
+	t.Fatalf("no host veth in %+v", p.Result)
 	return ""
 }
 
@@ -284,7 +284,7 @@ func hostVeth(t *testing.T, p *pod) string {
 // either source-check table.
 func TestBridgedPodsDelAndGC(t *testing.T) {
 	n := newNode(t)
-	n.primary = bridgePrimary(n)
+	n.Base.PrimaryEntry = bridgePrimary(n)
 	be := n.newBackend()
 	const port = 9913
 	sink, err := packets.NewSink(be.ns.Path(), port)
@@ -308,23 +308,23 @@ func TestBridgedPodsDelAndGC(t *testing.T) {
 	if got := checked(); len(got) != 2 {
 		t.Fatalf("bridge podwire checks ports %v, want a's and b's", got)
 	}
-	if err := a.del(); err != nil {
+	if err := a.Del(); err != nil {
 		t.Fatalf("DEL a: %v", err)
 	}
-	if err := a.delNoNetns(); err != nil {
+	if err := a.DelNoNetns(); err != nil {
 		t.Fatalf("second DEL of a without netns and prevResult: %v", err)
 	}
 	if got := checked(); len(got) != 1 || got[0] != hostVeth(t, b) {
 		t.Fatalf("after a's DELs bridge podwire checks %v, want only b's %s", got, hostVeth(t, b))
 	}
 	forged := netip.MustParseAddr("10.99.0.5")
-	if err := packets.SendFrom(b.ns.Path(), forged, netip.AddrPortFrom(be.v4, port), "after-del", 3); err != nil {
+	if err := packets.SendFrom(b.NS.Path(), forged, netip.AddrPortFrom(be.v4, port), "after-del", 3); err != nil {
 		t.Fatal(err)
 	}
 	if sink.WaitGot(forged, "after-del", time.Second) {
 		t.Fatal("b's forged source passed after a's DEL: b's elements went with a's")
 	}
-	if err := n.gc(b.list); err != nil {
+	if err := n.gc(b.List); err != nil {
 		t.Fatalf("GC with no valid attachment: %v", err)
 	}
 	if got := checked(); len(got) != 0 {

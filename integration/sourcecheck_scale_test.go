@@ -19,7 +19,7 @@ func TestRebuildWithManyPods(t *testing.T) {
 	const pods = 3000
 	n := newNode(t)
 	_, recs := fakePods(pods)
-	store := state.New(n.stateDir())
+	store := state.New(n.StateDir())
 	for _, r := range recs {
 		r.Network = "podwire-test"
 		r.PodName = "a-realistic-deployment-name-7d9f8b6c4-" + r.HostIfName
@@ -35,7 +35,7 @@ func TestRebuildWithManyPods(t *testing.T) {
 		t.Fatalf("pod-v6 elements after the rebuild: %d, want %d", got, pods+1)
 	}
 	// A flushed ruleset is repaired by the next ADD, elements included.
-	if err := n.ns.Do(func(ns.NetNS) error {
+	if err := n.NS.Do(func(ns.NetNS) error {
 		c, err := nftables.New()
 		if err != nil {
 			return err
@@ -49,7 +49,7 @@ func TestRebuildWithManyPods(t *testing.T) {
 	if got := len(n.setElements("pod-v4")); got != pods+2 {
 		t.Fatalf("pod-v4 elements after the repair: %d, want %d", got, pods+2)
 	}
-	if err := p.check(); err != nil {
+	if err := p.Check(); err != nil {
 		t.Fatalf("CHECK after the repair: %v", err)
 	}
 }

@@ -24,8 +24,8 @@ func spoofSetup(t *testing.T, n *node, p *pod, v6 bool) netip.Addr {
 		cmds = [][]string{{"ip", "-6", "addr", "add", "fd99::5/128", "dev", "eth0", "nodad"}}
 		route = []string{"ip", "-6", "route", "add", "fd99::5/128", "via", p.v6.String(), "dev", p.hostIf()}
 	}
-	doIn(t, p.ns, cmds)
-	n.do(func() error { return runAll([][]string{route}) })
+	doIn(t, p.NS, cmds)
+	n.Do(func() error { return runAll([][]string{route}) })
 	return spoof
 }
 
@@ -45,18 +45,18 @@ func TestSourceCheckDropsSpoof(t *testing.T) {
 					dst = netip.AddrPortFrom(be.v6, srv.port())
 				}
 				p := n.mustAddPod(podSpec{podwire: map[string]any{"sourceCheck": check}})
-				if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.addr(v6), dst, time.Second) }); err != nil {
+				if err := eventually(3*time.Second, func() error { return dialTCP(p.NS, p.addr(v6), dst, time.Second) }); err != nil {
 					t.Fatalf("sourceCheck %v: pod's own traffic from %s: %v", check, p.addr(v6), err)
 				}
 				spoof := spoofSetup(t, n, p, v6)
-				err := dialTCP(p.ns, spoof, dst, time.Second)
+				err := dialTCP(p.NS, spoof, dst, time.Second)
 				if !check && err != nil {
 					// What must pass gets the same patience as the
 					// pod's own traffic above: one lost SYN (a busy
 					// machine, a neighbour entry being re-probed for
 					// the route back via the pod) costs exactly the
 					// 1 s of a single attempt.
-					err = eventually(3*time.Second, func() error { return dialTCP(p.ns, spoof, dst, time.Second) })
+					err = eventually(3*time.Second, func() error { return dialTCP(p.NS, spoof, dst, time.Second) })
 				}
 				if check && err == nil {
 					t.Fatalf("spoofed source %s passed the node with sourceCheck on", spoof)
@@ -79,7 +79,7 @@ func TestSourceCheckAllowsLinkLocal(t *testing.T) {
 	n := newNode(t)
 	p := n.mustAddPod(podSpec{})
 	var ll netip.Addr
-	n.do(func() error {
+	n.Do(func() error {
 		return eventually(5*time.Second, func() error {
 			l, err := netlinksafe.LinkByName(p.hostIf())
 			if err != nil {
@@ -98,9 +98,9 @@ func TestSourceCheckAllowsLinkLocal(t *testing.T) {
 			return fmt.Errorf("no usable link-local address on %s yet", p.hostIf())
 		})
 	})
-	srv := listenTCP(t, n.ns, "[::]:0")
+	srv := listenTCP(t, n.NS, "[::]:0")
 	dst := netip.AddrPortFrom(ll.WithZone("eth0"), srv.port())
-	if err := eventually(5*time.Second, func() error { return dialTCP(p.ns, netip.Addr{}, dst, time.Second) }); err != nil {
+	if err := eventually(5*time.Second, func() error { return dialTCP(p.NS, netip.Addr{}, dst, time.Second) }); err != nil {
 		t.Fatalf("link-local TCP from the pod to %s: %v", dst, err)
 	}
 	for _, peer := range srv.peers {
@@ -120,20 +120,20 @@ func TestSourceCheckInStock031Chain(t *testing.T) {
 	srv := listenTCP(t, be.ns, "[::]:0")
 	dst := netip.AddrPortFrom(be.v4, srv.port())
 	p := n.mustAddPod(podSpec{version: "0.3.1"})
-	if p.version != "0.3.1" {
-		t.Fatalf("result cniVersion %q, want 0.3.1", p.version)
+	if p.Version != "0.3.1" {
+		t.Fatalf("result cniVersion %q, want 0.3.1", p.Version)
 	}
-	if err := eventually(3*time.Second, func() error { return dialTCP(p.ns, p.v4, dst, time.Second) }); err != nil {
+	if err := eventually(3*time.Second, func() error { return dialTCP(p.NS, p.v4, dst, time.Second) }); err != nil {
 		t.Fatalf("pod's own traffic from %s: %v", p.v4, err)
 	}
 	spoof := spoofSetup(t, n, p, false)
-	if err := dialTCP(p.ns, spoof, dst, time.Second); err == nil || srv.sawPeer(spoof) {
+	if err := dialTCP(p.NS, spoof, dst, time.Second); err == nil || srv.sawPeer(spoof) {
 		t.Fatalf("spoofed source %s passed the node in a 0.3.1 chain", spoof)
 	}
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if err := p.delNoNetns(); err != nil {
+	if err := p.DelNoNetns(); err != nil {
 		t.Fatalf("second DEL without netns and prevResult: %v", err)
 	}
 	if got := n.records(); len(got) != 0 {

@@ -23,13 +23,13 @@ func TestStatusNeverTakesTheNodeDownForAnUplink(t *testing.T) {
 	if err := n.status(list); err != nil {
 		t.Fatalf("STATUS with the uplink missing: %v (want success: only VLAN pods need it)", err)
 	}
-	if !strings.Contains(n.log(), `uplink \"nope0\" missing`) {
-		t.Errorf("no uplink warning in the log:\n%s", n.log())
+	if !strings.Contains(n.Log(), `uplink \"nope0\" missing`) {
+		t.Errorf("no uplink warning in the log:\n%s", n.Log())
 	}
 	a := n.mustAddPod(podSpec{version: "1.1.0", podwire: keys})
 	b := n.mustAddPod(podSpec{version: "1.1.0", podwire: keys})
-	srv := listenTCP(t, b.ns, netip.AddrPortFrom(b.v4, 0).String())
-	if err := dialTCP(a.ns, a.v4, netip.AddrPortFrom(b.v4, srv.port()), 5*time.Second); err != nil {
+	srv := listenTCP(t, b.NS, netip.AddrPortFrom(b.v4, 0).String())
+	if err := dialTCP(a.NS, a.v4, netip.AddrPortFrom(b.v4, srv.port()), 5*time.Second); err != nil {
 		t.Fatalf("ordinary pods on a node without its uplink: %v", err)
 	}
 	_, err := n.addPod(podSpec{version: "1.1.0", podwire: keys, annotations: map[string]string{"podwire.io/vlan": "100"}})
@@ -45,7 +45,7 @@ func TestStatusNeverTakesTheNodeDownForAnUplink(t *testing.T) {
 // when no ADD could record its attachment.
 func TestStatusUnavailableWhenStateDirUnwritable(t *testing.T) {
 	n := newNode(t)
-	file := filepath.Join(n.dir, "not-a-dir")
+	file := filepath.Join(n.Dir, "not-a-dir")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -71,17 +71,17 @@ func TestStatusLogsOnlyChanges(t *testing.T) {
 		}
 	}
 	statusN(3)
-	if l := n.log(); l != "" {
+	if l := n.Log(); l != "" {
 		t.Fatalf("STATUS logged with nothing to say:\n%s", l)
 	}
-	n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "1"); return err })
+	n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "1"); return err })
 	statusN(5)
-	if c := strings.Count(n.log(), "rp_filter is 1"); c != 1 {
-		t.Fatalf("rp_filter warning logged %d times over 5 STATUS calls, want once:\n%s", c, n.log())
+	if c := strings.Count(n.Log(), "rp_filter is 1"); c != 1 {
+		t.Fatalf("rp_filter warning logged %d times over 5 STATUS calls, want once:\n%s", c, n.Log())
 	}
-	n.do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "0"); return err })
+	n.Do(func() error { _, err := sysctl.Sysctl("net.ipv4.conf.all.rp_filter", "0"); return err })
 	statusN(3)
-	if c := strings.Count(n.log(), "warnings cleared"); c != 1 {
-		t.Fatalf("clearing logged %d times, want once:\n%s", c, n.log())
+	if c := strings.Count(n.Log(), "warnings cleared"); c != 1 {
+		t.Fatalf("clearing logged %d times, want once:\n%s", c, n.Log())
 	}
 }

@@ -3,8 +3,6 @@ package integration
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,7 +64,7 @@ func TestRouteOverlapRefused(t *testing.T) {
 	if err := dialTCP(be.ns, netip.Addr{}, netip.AddrPortFrom(c4, cl.port()), 2*time.Second); err != nil || !cl.sawPeer(be.v4) {
 		t.Fatalf("server -> r0's client %s after the refusals: err %v, peers %v", c4, err, cl.peers)
 	}
-	if err := r0.check(); err != nil {
+	if err := r0.Check(); err != nil {
 		t.Fatalf("CHECK of r0: %v", err)
 	}
 }
@@ -126,29 +124,16 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 		"allowedCIDRs": []string{egress4.String() + "/32", "2001:db8:e::/48"}, "exceptCIDRs": []string{"198.51.100.128/25"}}}
 	n.startAgent(n.primaryList("1.0.0", nil), n.podwireEntry(conf),
 		knode("worker-1", map[string]string{"podwire.io/egress-ip": rogue4.String() + "," + egress6.String()}))
-	if err := eventually(10*time.Second, func() error {
-		_, err := os.Stat(filepath.Join(n.stateDir(), "node-egress-ip.cache"))
-		return err
-	}); err != nil {
-		t.Fatalf("agent did not write the node annotation: %v", err)
-	}
+	n.waitEgressFile()
 	a := n.mustAddPod(podSpec{podwire: conf})
 	for _, tc := range []struct{ dst, want, not netip.Addr }{{ext4, egress4, rogue4}, {ext6, egress6, netip.Addr{}}} {
 		srv := listenTCP(t, peer, netip.AddrPortFrom(tc.dst, 0).String())
-		if err := dialTCP(a.ns, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) || srv.sawPeer(tc.not) {
-			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.ns))
+		if err := dialTCP(a.NS, netip.Addr{}, netip.AddrPortFrom(tc.dst, srv.port()), dialTimeout); err != nil || !srv.sawPeer(tc.want) || srv.sawPeer(tc.not) {
+			t.Fatalf("to %s: err %v, peers %v, want %s\n%s", tc.dst, err, srv.peers, tc.want, nftList(t, n.NS))
 		}
 	}
 
-	confFile := filepath.Join(n.dir, "status.conflist")
-	raw, err := n.chain("1.0.0", conf).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(confFile, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st := n.podwireStatus(confFile)
+	st := n.podwireStatus(n.writeConflist("1.0.0", conf))
 	found := false
 	for _, w := range st.Warnings {
 		if strings.HasPrefix(w, "error: ") && strings.Contains(w, rogue4.String()) &&

@@ -19,37 +19,37 @@ import (
 // no longer names it.
 func TestUncheckedPrimaryWarns(t *testing.T) {
 	n := newNode(t)
-	n.do(func() error {
+	n.Do(func() error {
 		return runAll([][]string{
 			{"ip", "link", "add", "up0", "type", "veth", "peer", "name", "up0-peer"},
 			{"ip", "link", "set", "up0-peer", "up"},
 			{"ip", "link", "set", "up0", "up"},
 		})
 	})
-	n.primary = map[string]any{
+	n.Base.PrimaryEntry = map[string]any{
 		"type": "macvlan", "master": "up0", "mode": "bridge",
-		"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(n.dir, "ipam"),
-			"ranges": []any{[]any{map[string]string{"subnet": n.v4Pool}}}},
+		"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(n.Dir, "ipam"),
+			"ranges": []any{[]any{map[string]string{"subnet": n.Base.V4Pool}}}},
 	}
 	list := n.conflist("1.1.0", nil)
 	p := n.mustAddPod(podSpec{version: "1.1.0", name: "mv", list: list})
-	if err := p.check(); err != nil {
+	if err := p.Check(); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
 	if err := n.status(list); err != nil {
 		t.Fatalf("STATUS with an unchecked pod: %v (want 0: other pods' ADDs work)", err)
 	}
-	log := n.log()
+	log := n.Log()
 	for _, want := range []string{"the pod's source addresses cannot be checked", "is a macvlan", "STATUS: source addresses not checked: default/mv"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	conflist := n.writeConflist("1.1.0")
+	conflist := n.writeConflist("1.1.0", nil)
 	status := func() (warnings []string, flags string) {
 		t.Helper()
 		var out []byte
-		if err := n.ns.Do(func(ns.NetNS) error {
+		if err := n.NS.Do(func(ns.NetNS) error {
 			var err error
 			out, err = exec.Command(podwireBin, "status", "--conflist", conflist, "--json").Output()
 			return err
@@ -75,14 +75,14 @@ func TestUncheckedPrimaryWarns(t *testing.T) {
 		t.Errorf("podwire status: warnings %q, attachment %q", ws, unchecked)
 	}
 
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	if err := n.status(list); err != nil {
 		t.Fatalf("STATUS after DEL: %v", err)
 	}
-	if !strings.Contains(n.log(), "STATUS: warnings cleared") {
-		t.Errorf("STATUS did not log that the warnings cleared:\n%s", n.log())
+	if !strings.Contains(n.Log(), "STATUS: warnings cleared") {
+		t.Errorf("STATUS did not log that the warnings cleared:\n%s", n.Log())
 	}
 	if ws, _ := status(); strings.Contains(strings.Join(ws, "\n"), "not checked") {
 		t.Errorf("podwire status after DEL still warns: %q", ws)

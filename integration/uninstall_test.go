@@ -51,8 +51,8 @@ type uninstallNode struct {
 
 func newUninstallNode(t *testing.T) *uninstallNode {
 	n := newNode(t)
-	u := &uninstallNode{node: n, binDir: filepath.Join(n.dir, "bin"), confDir: filepath.Join(n.dir, "net.d")}
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{u.binDir, cniBinDir}, filepath.Join(n.dir, "cache"), nil)
+	u := &uninstallNode{node: n, binDir: filepath.Join(n.Dir, "bin"), confDir: filepath.Join(n.Dir, "net.d")}
+	n.CNI = libcni.NewCNIConfigWithCacheDir([]string{u.binDir, cniBinDir}, filepath.Join(n.Dir, "cache"), nil)
 	if err := os.MkdirAll(u.confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func (u *uninstallNode) runAgent(cfg agent.Config) (stop func()) {
 		cfg.Node = "worker-1"
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = u.stateDir()
+		cfg.StateDir = u.StateDir()
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Second
@@ -111,7 +111,7 @@ func (u *uninstallNode) runAgent(cfg agent.Config) (stop func()) {
 	a := agent.New(cfg, u.md, nil, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- u.ns.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
+	go func() { done <- u.NS.Do(func(ns.NetNS) error { return a.Run(ctx) }) }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -179,8 +179,8 @@ func (u *uninstallNode) tables() []string {
 // does not own, and the node a route back to it through p.
 func (u *uninstallNode) forge(p *pod, addr string) netip.Addr {
 	u.t.Helper()
-	doIn(u.t, p.ns, [][]string{{"ip", "addr", "add", addr + "/32", "dev", "eth0"}})
-	u.do(func() error {
+	doIn(u.t, p.NS, [][]string{{"ip", "addr", "add", addr + "/32", "dev", "eth0"}})
+	u.Do(func() error {
 		return runAll([][]string{{"ip", "route", "add", addr + "/32", "via", p.v4.String(), "dev", p.hostIf()}})
 	})
 	return netip.MustParseAddr(addr)
@@ -210,17 +210,17 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 	be := u.newBackend()
 	srv := listenTCP(t, be.ns, "[::]:0")
 	dst := netip.AddrPortFrom(be.v4, srv.port())
-	if err := eventually(3*time.Second, func() error { return dialTCP(p2.ns, p2.v4, dst, time.Second) }); err != nil {
+	if err := eventually(3*time.Second, func() error { return dialTCP(p2.NS, p2.v4, dst, time.Second) }); err != nil {
 		t.Fatalf("pod's own traffic: %v", err)
 	}
 	spoof := spoofSetup(t, u.node, p2, false)
-	if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
+	if err := dialTCP(p2.NS, spoof, dst, time.Second); err == nil {
 		t.Fatalf("forged source %s passed before the uninstall", spoof)
 	}
 
 	// A restart: the DaemonSet is in place.
 	stop()
-	if !u.chainHasPodwire() || !exists(u.binary()) || exists(filepath.Join(u.stateDir(), install.UninstalledName)) {
+	if !u.chainHasPodwire() || !exists(u.binary()) || exists(filepath.Join(u.StateDir(), install.UninstalledName)) {
 		t.Fatal("an agent stopped with its DaemonSet in place changed the node")
 	}
 
@@ -230,7 +230,7 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	if !exists(filepath.Join(u.stateDir(), install.UninstalledName)) {
+	if !exists(filepath.Join(u.StateDir(), install.UninstalledName)) {
 		t.Fatal("no uninstall marker after the agent's stop for an uninstall")
 	}
 	if !u.chainHasPodwire() || !exists(u.binary()) || len(u.records()) != 2 || len(u.tables()) == 0 {
@@ -239,38 +239,38 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 	// A pod created now is not wired: its forged source passes.
 	p3 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
 	spoof3 := u.forge(p3, "10.99.0.6")
-	if err := eventually(3*time.Second, func() error { return dialTCP(p3.ns, spoof3, dst, time.Second) }); err != nil {
+	if err := eventually(3*time.Second, func() error { return dialTCP(p3.NS, spoof3, dst, time.Second) }); err != nil {
 		t.Fatalf("a pod created after the uninstall is still checked (forged %s: %v)", spoof3, err)
 	}
 
 	for i, p := range []*pod{p1, p2} {
-		if err := p.del(); err != nil {
-			t.Fatalf("DEL %d after the uninstall: %v\nlog:\n%s", i+1, err, u.log())
+		if err := p.Del(); err != nil {
+			t.Fatalf("DEL %d after the uninstall: %v\nlog:\n%s", i+1, err, u.Log())
 		}
 		if !u.chainHasPodwire() || !exists(u.binary()) || len(u.records()) != 2-i || len(u.tables()) == 0 {
 			t.Fatalf("after DEL %d: entry %v, binary %v, records %v, tables %v: want all kept for the pods left", i+1, u.chainHasPodwire(), exists(u.binary()), u.records(), u.tables())
 		}
 		if i == 0 {
-			if err := dialTCP(p2.ns, spoof, dst, time.Second); err == nil {
+			if err := dialTCP(p2.NS, spoof, dst, time.Second); err == nil {
 				t.Fatalf("forged source %s passed between the DELs: the remaining pod is no longer checked", spoof)
 			}
-			if err := dialTCP(p2.ns, p2.v4, dst, time.Second); err != nil {
+			if err := dialTCP(p2.NS, p2.v4, dst, time.Second); err != nil {
 				t.Fatalf("the remaining pod's own traffic: %v", err)
 			}
 		}
 	}
 
-	if err := p3.del(); err != nil {
-		t.Fatalf("last DEL after the uninstall: %v\nlog:\n%s", err, u.log())
+	if err := p3.Del(); err != nil {
+		t.Fatalf("last DEL after the uninstall: %v\nlog:\n%s", err, u.Log())
 	}
-	if u.chainHasPodwire() || exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
-		t.Fatalf("after the last DEL: entry %v, binary %v, stateDir %v, tables %v: want none\nlog:\n%s", u.chainHasPodwire(), exists(u.binary()), exists(u.stateDir()), u.tables(), u.log())
+	if u.chainHasPodwire() || exists(u.binary()) || exists(u.StateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the last DEL: entry %v, binary %v, stateDir %v, tables %v: want none\nlog:\n%s", u.chainHasPodwire(), exists(u.binary()), exists(u.StateDir()), u.tables(), u.Log())
 	}
 	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
 		t.Fatalf("conf dir after the last DEL: %v, want only the primary's conflist", files)
 	}
-	if !strings.Contains(u.log(), "last attachment gone, node cleaned") {
-		t.Fatalf("the last DEL did not log the cleanup:\n%s", u.log())
+	if !strings.Contains(u.Log(), "last attachment gone, node cleaned") {
+		t.Fatalf("the last DEL did not log the cleanup:\n%s", u.Log())
 	}
 
 	// A reinstall: a new DaemonSet, a new agent, a new pod.
@@ -282,10 +282,10 @@ func TestUninstallLastDelCleansNode(t *testing.T) {
 	u.startAgent()
 	p4 := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
 	spoof4 := u.forge(p4, "10.99.0.7")
-	if err := dialTCP(p4.ns, spoof4, dst, time.Second); err == nil {
+	if err := dialTCP(p4.NS, spoof4, dst, time.Second); err == nil {
 		t.Fatalf("forged source %s of a pod wired after the reinstall passed", spoof4)
 	}
-	if err := p4.del(); err != nil {
+	if err := p4.Del(); err != nil {
 		t.Fatal(err)
 	}
 	if !exists(u.binary()) || !u.chainHasPodwire() {
@@ -305,27 +305,27 @@ func TestUninstallKeepsNodeWithUnreadableRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	corrupt := filepath.Join(u.stateDir(), "corrupt_eth0.json")
+	corrupt := filepath.Join(u.StateDir(), "corrupt_eth0.json")
 	if err := os.WriteFile(corrupt, []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if !exists(u.binary()) || !exists(u.stateDir()) || len(u.tables()) == 0 {
-		t.Fatalf("binary %v, stateDir %v, tables %v: want all kept with an unreadable record", exists(u.binary()), exists(u.stateDir()), u.tables())
+	if !exists(u.binary()) || !exists(u.StateDir()) || len(u.tables()) == 0 {
+		t.Fatalf("binary %v, stateDir %v, tables %v: want all kept with an unreadable record", exists(u.binary()), exists(u.StateDir()), u.tables())
 	}
-	if !strings.Contains(u.log(), "cannot all be read") {
-		t.Fatalf("the log does not say why the node was kept:\n%s", u.log())
+	if !strings.Contains(u.Log(), "cannot all be read") {
+		t.Fatalf("the log does not say why the node was kept:\n%s", u.Log())
 	}
 	if err := os.Remove(corrupt); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.delNoNetns(); err != nil {
+	if err := p.DelNoNetns(); err != nil {
 		t.Fatalf("repeated DEL: %v", err)
 	}
-	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
-		t.Fatalf("after the repeated DEL: binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.stateDir()), u.tables())
+	if exists(u.binary()) || exists(u.StateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the repeated DEL: binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.StateDir()), u.tables())
 	}
 }
 
@@ -349,7 +349,7 @@ func TestUninstallWithoutPods(t *testing.T) {
 	}
 	stop := u.startAgent()
 	p := u.mustAddPod(podSpec{version: "0.3.1", list: u.list()})
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatal(err)
 	}
 	if len(u.tables()) == 0 {
@@ -357,8 +357,8 @@ func TestUninstallWithoutPods(t *testing.T) {
 	}
 	u.deleteDaemonSet()
 	stop()
-	if exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
-		t.Fatalf("binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.stateDir()), u.tables())
+	if exists(u.binary()) || exists(u.StateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("binary %v, stateDir %v, tables %v: want none", exists(u.binary()), exists(u.StateDir()), u.tables())
 	}
 	if files, _ := filepath.Glob(filepath.Join(u.confDir, "*")); len(files) != 1 {
 		t.Fatalf("conf dir: %v, want only the primary's conflist", files)
@@ -390,11 +390,11 @@ func TestUninstallDeriveMode(t *testing.T) {
 	if !exists(derived) || !exists(u.binary()) {
 		t.Fatalf("derived conflist %v, binary %v: want both kept while the pod runs", exists(derived), exists(u.binary()))
 	}
-	if err := p.del(); err != nil {
-		t.Fatalf("DEL: %v\nlog:\n%s", err, u.log())
+	if err := p.Del(); err != nil {
+		t.Fatalf("DEL: %v\nlog:\n%s", err, u.Log())
 	}
-	if exists(derived) || exists(u.binary()) || exists(u.stateDir()) || len(u.tables()) != 0 {
-		t.Fatalf("after the last DEL: derived %v, binary %v, stateDir %v, tables %v: want none", exists(derived), exists(u.binary()), exists(u.stateDir()), u.tables())
+	if exists(derived) || exists(u.binary()) || exists(u.StateDir()) || len(u.tables()) != 0 {
+		t.Fatalf("after the last DEL: derived %v, binary %v, stateDir %v, tables %v: want none", exists(derived), exists(u.binary()), exists(u.StateDir()), u.tables())
 	}
 	if got, _ := os.ReadFile(u.primary()); string(got) != string(original) {
 		t.Fatalf("the primary's conflist changed in derive mode:\n%s", got)

@@ -32,20 +32,20 @@ func TestVerbsThroughLibcni(t *testing.T) {
 			// A bystander with foreign annotations: GC keeping only a removes it.
 			n.mustAddPod(podSpec{version: v, annotations: map[string]string{"unrelated": "x"}})
 			if !a.v4.IsValid() || !a.v6.IsValid() {
-				t.Fatalf("ADD result lacks ptp's dual-stack addresses: %+v", a.result)
+				t.Fatalf("ADD result lacks ptp's dual-stack addresses: %+v", a.Result)
 			}
-			if a.version != v {
-				t.Errorf("result cniVersion = %q, want %q", a.version, v)
+			if a.Version != v {
+				t.Errorf("result cniVersion = %q, want %q", a.Version, v)
 			}
 			// The chain's result is ptp's result passed on: same interfaces.
-			if len(a.result.Interfaces) != 2 {
-				t.Errorf("result interfaces = %+v, want ptp's host veth and eth0", a.result.Interfaces)
+			if len(a.Result.Interfaces) != 2 {
+				t.Errorf("result interfaces = %+v, want ptp's host veth and eth0", a.Result.Interfaces)
 			}
 			if got := len(n.records()); got != 2 {
 				t.Fatalf("%d state records after two ADDs, want 2", got)
 			}
 			if hasCheck(v) {
-				if err := a.check(); err != nil {
+				if err := a.Check(); err != nil {
 					t.Fatalf("CHECK: %v", err)
 				}
 			}
@@ -60,7 +60,7 @@ func TestVerbsThroughLibcni(t *testing.T) {
 				t.Fatalf("records after GC keeping a: %v, want 1", got)
 			}
 			if v == "1.1.0" {
-				if err := os.RemoveAll(filepath.Join(n.dir, "cache")); err != nil {
+				if err := os.RemoveAll(filepath.Join(n.Dir, "cache")); err != nil {
 					t.Fatal(err)
 				}
 				if err := n.gc(list); err != nil {
@@ -71,13 +71,13 @@ func TestVerbsThroughLibcni(t *testing.T) {
 				}
 				return
 			}
-			if err := a.del(); err != nil {
+			if err := a.Del(); err != nil {
 				t.Fatalf("DEL: %v", err)
 			}
-			if err := a.del(); err != nil {
+			if err := a.Del(); err != nil {
 				t.Fatalf("second DEL: %v", err)
 			}
-			if err := a.delNoNetns(); err != nil {
+			if err := a.DelNoNetns(); err != nil {
 				t.Fatalf("DEL without netns and prevResult: %v", err)
 			}
 			if got := n.records(); len(got) != 0 {
@@ -91,8 +91,8 @@ func TestVerbsThroughLibcni(t *testing.T) {
 func TestDelAfterNetnsVanished(t *testing.T) {
 	n := newNode(t)
 	p := n.mustAddPod(podSpec{})
-	p.closeNS()
-	if err := p.delNoNetns(); err != nil {
+	p.ReleaseNS()
+	if err := p.DelNoNetns(); err != nil {
 		t.Fatalf("DEL after netns vanished: %v", err)
 	}
 	if got := n.records(); len(got) != 0 {
@@ -106,8 +106,8 @@ func TestAddWithoutPrevResult(t *testing.T) {
 	list := n.conflist("1.0.0", nil)
 	list.Plugins = list.Plugins[1:]
 	rt := podSpec{}.runtimeConf("/var/run/netns/none")
-	err := n.ns.Do(func(ns.NetNS) error {
-		_, err := n.cni.AddNetworkList(t.Context(), list, rt)
+	err := n.NS.Do(func(ns.NetNS) error {
+		_, err := n.CNI.AddNetworkList(t.Context(), list, rt)
 		return err
 	})
 	if err == nil || cniCode(err) != 7 {
@@ -124,12 +124,12 @@ func TestAddWithoutPrevResult(t *testing.T) {
 func TestDelWithMalformedCNIArgs(t *testing.T) {
 	n := newNode(t)
 	p := n.mustAddPod(podSpec{})
-	rt := *p.rt
+	rt := *p.RT
 	rt.Args = [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE;K8S_POD_NAME", "x"}}
-	alone := *p.list
+	alone := *p.List
 	alone.Plugins = alone.Plugins[1:]
-	err := n.ns.Do(func(ns.NetNS) error {
-		return n.cni.DelNetworkList(t.Context(), &alone, &rt)
+	err := n.NS.Do(func(ns.NetNS) error {
+		return n.CNI.DelNetworkList(t.Context(), &alone, &rt)
 	})
 	if err != nil {
 		t.Fatalf("DEL with malformed CNI_ARGS: %v", err)
@@ -152,28 +152,28 @@ func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
 
 	// podwire alone, with the chain's cached result as its prevResult.
 	var cached types.Result
-	n.do(func() error {
+	n.Do(func() error {
 		var err error
-		cached, err = n.cni.GetNetworkListCachedResult(p.list, p.rt)
+		cached, err = n.CNI.GetNetworkListCachedResult(p.List, p.RT)
 		return err
 	})
 	var prev map[string]any
 	b, _ := json.Marshal(cached)
 	_ = json.Unmarshal(b, &prev)
 	var entry map[string]any
-	_ = json.Unmarshal(p.list.Plugins[1].Bytes, &entry)
+	_ = json.Unmarshal(p.List.Plugins[1].Bytes, &entry)
 	entry["prevResult"] = prev
-	lb, _ := json.Marshal(map[string]any{"cniVersion": p.list.CNIVersion, "name": p.list.Name, "plugins": []any{entry}})
+	lb, _ := json.Marshal(map[string]any{"cniVersion": p.List.CNIVersion, "name": p.List.Name, "plugins": []any{entry}})
 	alone, err := libcni.ConfListFromBytes(lb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := n.ns.Do(func(ns.NetNS) error {
-			_, err := n.cni.AddNetworkList(t.Context(), alone, p.rt)
+		if err := n.NS.Do(func(ns.NetNS) error {
+			_, err := n.CNI.AddNetworkList(t.Context(), alone, p.RT)
 			return err
 		}); err != nil {
-			t.Fatalf("repeated ADD %d: %v\n%s", i+1, err, n.log())
+			t.Fatalf("repeated ADD %d: %v\n%s", i+1, err, n.Log())
 		}
 	}
 	if got := n.records(); len(got) != 1 {
@@ -182,7 +182,7 @@ func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
 	_, dst, _ := net.ParseCIDR("198.51.100.0/24")
 	countRoutes := func() int {
 		var routes []netlink.Route
-		n.do(func() error {
+		n.Do(func() error {
 			var err error
 			routes, err = netlinksafe.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: dst}, netlink.RT_FILTER_DST)
 			return err
@@ -192,10 +192,10 @@ func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
 	if c := countRoutes(); c != 1 {
 		t.Fatalf("%d routes for 198.51.100.0/24 after repeated ADDs, want 1", c)
 	}
-	if err := p.check(); err != nil {
+	if err := p.Check(); err != nil {
 		t.Fatalf("CHECK after repeated ADDs: %v", err)
 	}
-	if err := p.del(); err != nil {
+	if err := p.Del(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
 	if got, c := n.records(), countRoutes(); len(got) != 0 || c != 0 {
@@ -214,11 +214,11 @@ func TestGCNullMeansNoneValid(t *testing.T) {
 	list := n.conflist("1.1.0", nil)
 	n.mustAddPod(podSpec{version: "1.1.0"})
 	n.mustAddPod(podSpec{version: "1.1.0"})
-	if err := os.RemoveAll(filepath.Join(n.dir, "cache")); err != nil {
+	if err := os.RemoveAll(filepath.Join(n.Dir, "cache")); err != nil {
 		t.Fatal(err)
 	}
 	gc := func(args *libcni.GCArgs) error {
-		return n.ns.Do(func(ns.NetNS) error { return n.cni.GCNetworkList(t.Context(), list, args) })
+		return n.NS.Do(func(ns.NetNS) error { return n.CNI.GCNetworkList(t.Context(), list, args) })
 	}
 	if err := gc(nil); err != nil {
 		t.Fatalf("GC without valid attachments key: %v", err)

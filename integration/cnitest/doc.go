@@ -10,12 +10,16 @@
 //     host-local, then chained entries, as a conflist), PodArgs (what a CRI runtime sends), Client
 //     (libcni verbs run inside a node netns) and Attach (ADD, and DEL after a
 //     failed ADD as a runtime does);
-//   - Node and Pod for tests, on top of them: a node netns per test, a pod
-//     netns per pod, everything released in t.Cleanup.
+//   - Node and Pod for tests, on top of them: a node netns and directory
+//     per test (NewNode), its chain (Node.Chain), pods added through it
+//     (Node.AddPod), everything released in t.Cleanup. Each suite wraps
+//     them with what it adds (the integration suite's pod specs, the VM
+//     suite's VLAN keys).
 //
-// Nothing here calls t.Fatal or t.FailNow except the Must* helpers and
-// NewNode, which are for the test goroutine only; everything else returns
-// errors, so that tests may call it from goroutines and report after Wait.
+// Nothing here calls t.Fatal or t.FailNow except NewNode and Node.Do,
+// which are for the test goroutine only; everything else returns errors,
+// so that tests may call it (Node.AddPod too) from goroutines and report
+// after Wait.
 //
 // Nothing here touches the host's own netns, links, ruleset or sysctls.
 package cnitest

@@ -25,7 +25,7 @@ func BenchmarkVLANAttachment(b *testing.B) {
 	require(b, capVLANFiltering, capVLAN8021Q)
 	n := newNode(b, vlanConf(map[string]any{"sourceCheck": true}))
 	addUplink(b, n, "uplink0")
-	list, err := n.chain("1.1.0").List()
+	list, err := n.Chain("1.1.0", n.podwire).List()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,15 +48,15 @@ func BenchmarkVLANAttachment(b *testing.B) {
 		}
 		defer testns.Release(podNS)
 		rt := cnitest.PodArgs{Annotations: a.ann(i)}.RuntimeConf(podNS.Path())
-		c := n.client()
+		c := n.Client()
 		t0 := time.Now()
 		if _, err := c.Add(list, rt); err != nil {
 			_ = c.Del(list, rt)
-			b.Fatalf("%s ADD: %v\nlog:\n%s", a.name, err, n.log())
+			b.Fatalf("%s ADD: %v\nlog:\n%s", a.name, err, n.Log())
 		}
 		t1 := time.Now()
 		if err := c.Del(list, rt); err != nil {
-			b.Fatalf("%s DEL: %v\nlog:\n%s", a.name, err, n.log())
+			b.Fatalf("%s DEL: %v\nlog:\n%s", a.name, err, n.Log())
 		}
 		if keep {
 			a.add, a.del = append(a.add, t1.Sub(t0)), append(a.del, time.Since(t1))

@@ -24,12 +24,12 @@ func TestNetlinkChurnVLAN(t *testing.T) {
 	require(t, capVLANFiltering)
 	n := newNode(t, vlanConf(nil))
 	addUplink(t, n, "uplink0")
-	n.do(func() error { return cnitest.ChurnBase(60, 1000) })
+	n.Do(func() error { return cnitest.ChurnBase(60, 1000) })
 
 	var ops atomic.Int64
 	stop, done := make(chan struct{}), make(chan error, 1)
 	go func() {
-		done <- n.ns.Do(func(ns.NetNS) error {
+		done <- n.NS.Do(func(ns.NetNS) error {
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -57,25 +57,25 @@ func TestNetlinkChurnVLAN(t *testing.T) {
 	for r := range rounds {
 		// Two pods on VLAN 100 and one on 101, all in 192.0.2.0/24: the
 		// VLAN 100 pods reach each other, not the VLAN 101 one.
-		var pods []*pod
+		var pods []*cnitest.Pod
 		for k, vid := range []int{100, 100, 101} {
 			ip := fmt.Sprintf("192.0.2.%d", 10*r+k+1)
 			p, err := n.addPod(map[string]string{"podwire.io/vlan": fmt.Sprint(vid), "podwire.io/vlan-ips": ip + "/24"})
 			if err != nil {
 				t.Fatalf("round %d: ADD of a VLAN %d pod under churn (%d churn operations so far): %v\nlog:\n%s",
-					r, vid, ops.Load(), err, n.log())
+					r, vid, ops.Load(), err, n.Log())
 			}
 			pods = append(pods, p)
 		}
-		mustPing(t, pods[0].ns, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 100 pod under churn", r), fmt.Sprintf("192.0.2.%d", 10*r+2))
-		mustNotPing(t, pods[0].ns, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 101 pod", r), fmt.Sprintf("192.0.2.%d", 10*r+3))
+		mustPing(t, pods[0].NS, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 100 pod under churn", r), fmt.Sprintf("192.0.2.%d", 10*r+2))
+		mustNotPing(t, pods[0].NS, fmt.Sprintf("round %d: VLAN 100 pod to VLAN 101 pod", r), fmt.Sprintf("192.0.2.%d", 10*r+3))
 		for k, p := range pods {
-			if err := p.checkPodwire(); err != nil {
+			if err := p.CheckLast(); err != nil {
 				t.Fatalf("round %d: CHECK of pod %d under churn: %v", r, k, err)
 			}
 		}
 		for k, p := range pods {
-			if err := p.del(); err != nil {
+			if err := p.Del(); err != nil {
 				t.Fatalf("round %d: DEL of pod %d under churn: %v", r, k, err)
 			}
 		}

@@ -44,7 +44,7 @@ func TestVLANNeighbourLearnsReusedIP(t *testing.T) {
 			t.Fatalf("switch's entry for %s is %v, want a's %s", ip, got, macA)
 		}
 	}
-	if err := a.del(); err != nil {
+	if err := a.Del(); err != nil {
 		t.Fatalf("DEL a: %v", err)
 	}
 
@@ -64,7 +64,7 @@ func TestVLANNeighbourLearnsReusedIP(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if got.String() != macB.String() {
-			t.Errorf("1 s after b's ADD the switch's entry for the reused %s is %s, want b's %s\nlog:\n%s", ip, got, macB, n.log())
+			t.Errorf("1 s after b's ADD the switch's entry for the reused %s is %s, want b's %s\nlog:\n%s", ip, got, macB, n.Log())
 		}
 	}
 	if !t.Failed() {

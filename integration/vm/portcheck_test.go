@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/cnitest"
 )
 
 // isEchoRequestFrom matches an IPv4 ICMP echo request with source src.
@@ -24,9 +26,9 @@ func isEchoRequestFrom(src net.IP) func([]byte) bool {
 }
 
 // podMAC is the MAC of the pod's interface ifName from its CNI result.
-func podMAC(t *testing.T, p *pod, ifName string) net.HardwareAddr {
+func podMAC(t *testing.T, p *cnitest.Pod, ifName string) net.HardwareAddr {
 	t.Helper()
-	for _, itf := range p.result.Interfaces {
+	for _, itf := range p.Result.Interfaces {
 		if itf.Name == ifName && itf.Sandbox != "" {
 			mac, err := net.ParseMAC(itf.Mac)
 			if err != nil {
@@ -35,17 +37,33 @@ func podMAC(t *testing.T, p *pod, ifName string) net.HardwareAddr {
 			return mac
 		}
 	}
-	t.Fatalf("result has no %s in a sandbox: %+v", ifName, p.result.Interfaces)
+	t.Fatalf("result has no %s in a sandbox: %+v", ifName, p.Result.Interfaces)
 	return nil
+}
+
+// setMAC gives the pod's interface ifName the address mac, as a pod
+// forging its source MAC does.
+func setMAC(t *testing.T, p *cnitest.Pod, ifName string, mac net.HardwareAddr) {
+	t.Helper()
+	err := p.NS.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(ifName)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetHardwareAddr(l, mac)
+	})
+	if err != nil {
+		t.Fatalf("MAC %s on %s: %v", mac, ifName, err)
+	}
 }
 
 // spoofFrom makes the pod send from src: the address is added to net1 (as
 // a spoofing pod would) and a static neighbour entry for dst stands in for
 // ARP, so that only the spoofed IP packet is in play.
-func spoofFrom(t *testing.T, p *pod, src string, dst string, dstMAC net.HardwareAddr) {
+func spoofFrom(t *testing.T, p *cnitest.Pod, src string, dst string, dstMAC net.HardwareAddr) {
 	t.Helper()
-	addAddr(t, p.ns, "net1", src+"/32")
-	err := p.ns.Do(func(ns.NetNS) error {
+	addAddr(t, p.NS, "net1", src+"/32")
+	err := p.NS.Do(func(ns.NetNS) error {
 		l, err := netlinksafe.LinkByName("net1")
 		if err != nil {
 			return err
@@ -56,7 +74,7 @@ func spoofFrom(t *testing.T, p *pod, src string, dst string, dstMAC net.Hardware
 	if err != nil {
 		t.Fatalf("static neighbour %s: %v", dst, err)
 	}
-	_ = pingFrom(p.ns, net.ParseIP(src), net.ParseIP(dst), time.Second)
+	_ = pingFrom(p.NS, net.ParseIP(src), net.ParseIP(dst), time.Second)
 }
 
 // TestVLANPortCheckSpoofing: on VLAN 100, an ordinary pod with static
@@ -71,11 +89,11 @@ func TestVLANPortCheckSpoofing(t *testing.T) {
 	f := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.9/24",
 		"podwire.io/forwarding": "true"})
 
-	mustPing(t, a.ns, "ordinary pod from its own address", "192.0.2.2")
-	mustPing(t, f.ns, "forwarding pod from its own address", "192.0.2.2")
+	mustPing(t, a.NS, "ordinary pod from its own address", "192.0.2.2")
+	mustPing(t, f.NS, "forwarding pod from its own address", "192.0.2.2")
 	bMAC := podMAC(t, b, "net1")
 
-	seen := capturePackets(t, b.ns, "net1")
+	seen := capturePackets(t, b.NS, "net1")
 	for i := range 3 {
 		spoofFrom(t, a, fmt.Sprintf("192.0.2.%d", 66+i), "192.0.2.2", bMAC)
 	}
@@ -88,18 +106,9 @@ func TestVLANPortCheckSpoofing(t *testing.T) {
 	mustSee(t, seen, "the forwarding pod's packet from 192.0.2.77", isEchoRequestFrom(net.ParseIP("192.0.2.77")))
 
 	// A forged source MAC with the pod's own address is dropped too.
-	err := a.ns.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName("net1")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetHardwareAddr(l, net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x66})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustNotPing(t, a.ns, "ordinary pod with a forged MAC", "192.0.2.2")
-	if err := a.checkPodwire(); err == nil || !strings.Contains(err.Error(), "MAC") {
+	setMAC(t, a, "net1", net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x66})
+	mustNotPing(t, a.NS, "ordinary pod with a forged MAC", "192.0.2.2")
+	if err := a.CheckLast(); err == nil || !strings.Contains(err.Error(), "MAC") {
 		t.Errorf("CHECK after the MAC change: got %v, want an error naming the MAC", err)
 	}
 }

@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/packets"
-	"github.com/podwire/podwire/internal/testns"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,28 +24,15 @@ func tenancyConf() map[string]any {
 }
 
 // addPodIn is addPod for a pod of Kubernetes namespace k8sNS named name.
-func (n *node) addPodIn(k8sNS, name string, annotations map[string]string) (*pod, error) {
-	list, err := n.chain("1.1.0").List()
-	if err != nil {
-		return nil, err
-	}
-	sb, err := n.client().AddSandbox(list, cnitest.PodArgs{Namespace: k8sNS, Name: name, Annotations: annotations})
-	if err != nil {
-		return nil, err
-	}
-	p := &pod{n: n, ns: sb.NS, list: list, rt: sb.RT, result: sb.Result}
-	n.t.Cleanup(func() {
-		_ = p.del()
-		testns.Release(p.ns)
-	})
-	return p, nil
+func (n *node) addPodIn(k8sNS, name string, annotations map[string]string) (*cnitest.Pod, error) {
+	return n.addPodArgs("1.1.0", cnitest.PodArgs{Namespace: k8sNS, Name: name, Annotations: annotations})
 }
 
-func (n *node) mustAddPodIn(k8sNS, name string, annotations map[string]string) *pod {
+func (n *node) mustAddPodIn(k8sNS, name string, annotations map[string]string) *cnitest.Pod {
 	n.t.Helper()
 	p, err := n.addPodIn(k8sNS, name, annotations)
 	if err != nil {
-		n.t.Fatalf("ADD %s/%s %v: %v\nlog:\n%s", k8sNS, name, annotations, err, n.log())
+		n.t.Fatalf("ADD %s/%s %v: %v\nlog:\n%s", k8sNS, name, annotations, err, n.Log())
 	}
 	return p
 }
@@ -99,17 +82,17 @@ func TestVLANTenancy(t *testing.T) {
 	if l := n.leftovers(); len(l) != 4 {
 		t.Fatalf("links and records after the refusals: %v, want a's and b's only", l)
 	}
-	mustPing(t, a.ns, "a to b on VLAN 100", "192.0.2.2")
+	mustPing(t, a.NS, "a to b on VLAN 100", "192.0.2.2")
 
 	// s asked for no address: its port passes no IP source and no ARP
 	// sender but ARP probes.
 	s := n.mustAddPodIn("team-a", "s", map[string]string{"podwire.io/vlan": "100"})
-	seen := capturePackets(t, b.ns, "net1")
-	if err := packets.SendGratuitousARP(a.ns.Path(), "net1", netip.MustParseAddr("192.0.2.1")); err != nil {
+	seen := capturePackets(t, b.NS, "net1")
+	if err := packets.SendGratuitousARP(a.NS.Path(), "net1", netip.MustParseAddr("192.0.2.1")); err != nil {
 		t.Fatal(err)
 	}
 	mustSee(t, seen, "a's ARP for its own address", isARPFrom(net.ParseIP("192.0.2.1")))
-	if err := packets.SendGratuitousARP(s.ns.Path(), "net1", netip.MustParseAddr("192.0.2.254")); err != nil {
+	if err := packets.SendGratuitousARP(s.NS.Path(), "net1", netip.MustParseAddr("192.0.2.254")); err != nil {
 		t.Fatal(err)
 	}
 	spoofFrom(t, s, "192.0.2.254", "192.0.2.2", podMAC(t, b, "net1"))
@@ -124,21 +107,12 @@ func TestVLANTenancy(t *testing.T) {
 	// pinned.
 	l := n.mustAddPodIn("other", "l", map[string]string{"podwire.io/vlan": "200"})
 	m := n.mustAddPodIn("other", "m", map[string]string{"podwire.io/vlan": "200"})
-	addAddr(t, l.ns, "net1", "198.51.100.1/24")
-	addAddr(t, m.ns, "net1", "198.51.100.2/24")
-	mustPing(t, l.ns, "a pod without vlan-ips from an address of its own choosing", "198.51.100.2")
-	err := l.ns.Do(func(ns.NetNS) error {
-		link, err := netlinksafe.LinkByName("net1")
-		if err != nil {
-			return err
-		}
-		return netlink.LinkSetHardwareAddr(link, net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x67})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	atM := capturePackets(t, m.ns, "net1")
-	_ = pingFrom(l.ns, net.ParseIP("198.51.100.1"), net.ParseIP("198.51.100.2"), time.Second)
+	addAddr(t, l.NS, "net1", "198.51.100.1/24")
+	addAddr(t, m.NS, "net1", "198.51.100.2/24")
+	mustPing(t, l.NS, "a pod without vlan-ips from an address of its own choosing", "198.51.100.2")
+	setMAC(t, l, "net1", net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x67})
+	atM := capturePackets(t, m.NS, "net1")
+	_ = pingFrom(l.NS, net.ParseIP("198.51.100.1"), net.ParseIP("198.51.100.2"), time.Second)
 	if atM.waitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("198.51.100.1"))) {
 		t.Fatal("m received an echo request from l's forged MAC")
 	}
@@ -154,8 +128,8 @@ func TestVLANGrantsOnly(t *testing.T) {
 	addUplink(t, n, "uplink0")
 	a := n.mustAddPodIn("team-a", "a", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"})
 	b := n.mustAddPodIn("team-a", "b", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.2/24"})
-	mustPing(t, a.ns, "a to b on a granted VLAN", "192.0.2.2")
-	seen := capturePackets(t, b.ns, "net1")
+	mustPing(t, a.NS, "a to b on a granted VLAN", "192.0.2.2")
+	seen := capturePackets(t, b.NS, "net1")
 	spoofFrom(t, a, "192.0.2.66", "192.0.2.2", podMAC(t, b, "net1"))
 	if seen.waitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("192.0.2.66"))) {
 		t.Fatal("b received an echo request from a's forged source 192.0.2.66")

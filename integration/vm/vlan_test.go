@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
@@ -31,7 +32,7 @@ func vlanConf(extra map[string]any) map[string]any {
 func addUplink(t testing.TB, n *node, name string) ns.NetNS {
 	t.Helper()
 	far := newNS(t)
-	addVeth(t, n.ns, name, far, "eth0")
+	addVeth(t, n.NS, name, far, "eth0")
 	return far
 }
 
@@ -71,7 +72,7 @@ func addVLANIf(t *testing.T, netns ns.NetNS, parent string, vid int, cidr string
 func uplinkVLANs(t *testing.T, n *node) []uint16 {
 	t.Helper()
 	var v vlanbridge.PortVLANs
-	n.do(func() error {
+	n.Do(func() error {
 		l, err := netlinksafe.LinkByName("uplink0")
 		if err != nil {
 			return err
@@ -95,7 +96,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	n := newNode(t, vlanConf(nil))
 	far, farIf := addFarVLAN100(t, n)
 	announcements := capturePackets(t, far, farIf)
-	nodeFrames := capturePackets(t, n.ns, "")
+	nodeFrames := capturePackets(t, n.NS, "")
 
 	a := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24,2001:db8:100::1/64"})
 	// The far end sees a's announcements on VLAN 100, before any traffic.
@@ -103,8 +104,8 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	mustSee(t, announcements, "a's unsolicited NA on the far end's VLAN 100", isNeighborAdvert(net.ParseIP("2001:db8:100::1")))
 	// The node sees no announcement of a's primary (ptp) address: the host
 	// veth is new and holds no entry that one could correct.
-	for _, ip := range a.result.IPs {
-		if ip.Interface != nil && a.result.Interfaces[*ip.Interface].Name == "eth0" && ip.Address.IP.To4() != nil &&
+	for _, ip := range a.Result.IPs {
+		if ip.Interface != nil && a.Result.Interfaces[*ip.Interface].Name == "eth0" && ip.Address.IP.To4() != nil &&
 			nodeFrames.waitFor(500*time.Millisecond, isGratuitousARP(ip.Address.IP)) {
 			t.Errorf("the node saw a gratuitous ARP for a's point-to-point primary address %s", ip.Address.IP)
 		}
@@ -113,76 +114,76 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	b := n.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.2/24"})
 	c := n.mustAddPod(map[string]string{"podwire.io/vlan": "200", "podwire.io/vlan-ips": "192.0.2.3/24,198.51.100.3/24"})
 	tr := n.mustAddPod(map[string]string{"podwire.io/vlan-trunk": "100,200", "podwire.io/vlan-ifname": "trunk0"})
-	addVLANIf(t, tr.ns, "trunk0", 100, "192.0.2.4/24")
-	addVLANIf(t, tr.ns, "trunk0", 200, "198.51.100.4/24")
+	addVLANIf(t, tr.NS, "trunk0", 100, "192.0.2.4/24")
+	addVLANIf(t, tr.NS, "trunk0", 200, "198.51.100.4/24")
 	// A trunk with a native VLAN: 200 untagged on net1 with a static
 	// address (so the port is checked, MAC only), 100 tagged.
 	nat := n.mustAddPod(map[string]string{"podwire.io/vlan": "200", "podwire.io/vlan-trunk": "100",
 		"podwire.io/vlan-ips": "198.51.100.5/24"})
-	addVLANIf(t, nat.ns, "net1", 100, "192.0.2.5/24")
+	addVLANIf(t, nat.NS, "net1", 100, "192.0.2.5/24")
 
 	// The result names the pod interface with its sandbox and the static IP.
 	var podIf int = -1
-	for i, itf := range a.result.Interfaces {
-		if itf.Name == "net1" && itf.Sandbox == a.ns.Path() {
+	for i, itf := range a.Result.Interfaces {
+		if itf.Name == "net1" && itf.Sandbox == a.NS.Path() {
 			podIf = i
 		}
 	}
 	if podIf < 0 {
-		t.Fatalf("result has no net1 interface in the pod's sandbox: %+v", a.result.Interfaces)
+		t.Fatalf("result has no net1 interface in the pod's sandbox: %+v", a.Result.Interfaces)
 	}
 	found := false
-	for _, ip := range a.result.IPs {
+	for _, ip := range a.Result.IPs {
 		if ip.Interface != nil && *ip.Interface == podIf && ip.Address.IP.Equal(net.ParseIP("192.0.2.1")) {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("result lacks 192.0.2.1 on interface %d: %v", podIf, a.result.IPs)
+		t.Fatalf("result lacks 192.0.2.1 on interface %d: %v", podIf, a.Result.IPs)
 	}
 
-	mustPing(t, a.ns, "a to b on VLAN 100", "192.0.2.2")
-	mustPing(t, b.ns, "b to a on VLAN 100", "192.0.2.1")
-	mustNotPing(t, c.ns, "c on VLAN 200 to a on VLAN 100", "192.0.2.1")
-	mustNotPing(t, c.ns, "c on VLAN 200 to b on VLAN 100", "192.0.2.2")
-	mustPing(t, tr.ns, "trunk pod on VLAN 100 to a", "192.0.2.1")
-	mustPing(t, tr.ns, "trunk pod on VLAN 200 to c", "198.51.100.3")
-	mustPing(t, nat.ns, "native VLAN 200 of a trunk to c", "198.51.100.3")
-	mustPing(t, nat.ns, "tagged VLAN 100 of a trunk with a native VLAN to a", "192.0.2.1")
+	mustPing(t, a.NS, "a to b on VLAN 100", "192.0.2.2")
+	mustPing(t, b.NS, "b to a on VLAN 100", "192.0.2.1")
+	mustNotPing(t, c.NS, "c on VLAN 200 to a on VLAN 100", "192.0.2.1")
+	mustNotPing(t, c.NS, "c on VLAN 200 to b on VLAN 100", "192.0.2.2")
+	mustPing(t, tr.NS, "trunk pod on VLAN 100 to a", "192.0.2.1")
+	mustPing(t, tr.NS, "trunk pod on VLAN 200 to c", "198.51.100.3")
+	mustPing(t, nat.NS, "native VLAN 200 of a trunk to c", "198.51.100.3")
+	mustPing(t, nat.NS, "tagged VLAN 100 of a trunk with a native VLAN to a", "192.0.2.1")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to a", "192.0.2.1")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to b", "192.0.2.2")
 	mustPing(t, far, "far end of the uplink on VLAN 100 to a over IPv6", "2001:db8:100::1")
 	mustNotPing(t, far, "far end of the uplink on VLAN 100 to c on VLAN 200", "192.0.2.3")
 
-	if err := tr.check(); err != nil {
+	if err := tr.Check(); err != nil {
 		t.Errorf("CHECK of the trunk pod through the chain: %v", err)
 	}
-	for name, p := range map[string]*pod{"a": a, "b": b, "c": c, "trunk": tr, "native": nat} {
-		if err := p.checkPodwire(); err != nil {
+	for name, p := range map[string]*cnitest.Pod{"a": a, "b": b, "c": c, "trunk": tr, "native": nat} {
+		if err := p.CheckLast(); err != nil {
 			t.Errorf("CHECK of pod %s: %v", name, err)
 		}
 	}
 	// CHECK after tampering: the port loses its VLAN.
-	hostVeth := vlanbridge.HostVethName(a.rt.ContainerID, a.rt.IfName)
-	n.do(func() error {
+	hostVeth := vlanbridge.HostVethName(a.RT.ContainerID, a.RT.IfName)
+	n.Do(func() error {
 		l, err := netlinksafe.LinkByName(hostVeth)
 		if err != nil {
 			return err
 		}
 		return netlink.BridgeVlanDel(l, 100, true, true, false, true)
 	})
-	if err := a.checkPodwire(); err == nil || !strings.Contains(err.Error(), hostVeth) {
+	if err := a.CheckLast(); err == nil || !strings.Contains(err.Error(), hostVeth) {
 		t.Errorf("CHECK after VLAN 100 was removed from %s: got %v, want an error naming the port", hostVeth, err)
 	}
-	mustNotPing(t, a.ns, "a after its port lost VLAN 100", "192.0.2.2")
+	mustNotPing(t, a.NS, "a after its port lost VLAN 100", "192.0.2.2")
 	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 200}) {
 		t.Errorf("uplink0 carries %v, want [100 200]", got)
 	}
-	for _, p := range []*pod{a, b, c, tr, nat} {
-		if err := p.del(); err != nil {
+	for _, p := range []*cnitest.Pod{a, b, c, tr, nat} {
+		if err := p.Del(); err != nil {
 			t.Fatalf("DEL: %v", err)
 		}
-		if err := p.del(); err != nil {
+		if err := p.Del(); err != nil {
 			t.Fatalf("second DEL: %v", err)
 		}
 	}
@@ -215,7 +216,7 @@ func TestVLANRefusals(t *testing.T) {
 			conf: map[string]any{"uplink": "uplink1"},
 			setup: func(t *testing.T, n *node) {
 				addUplink(t, n, "uplink1")
-				addAddr(t, n.ns, "uplink1", "203.0.113.1/24")
+				addAddr(t, n.NS, "uplink1", "203.0.113.1/24")
 			},
 			ann:  map[string]string{"podwire.io/vlan": "100"},
 			want: "global address",
@@ -224,7 +225,7 @@ func TestVLANRefusals(t *testing.T) {
 			name: "foreign bridge without VLAN filtering",
 			conf: map[string]any{"bridge": "brforeign"},
 			setup: func(t *testing.T, n *node) {
-				n.do(func() error {
+				n.Do(func() error {
 					return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "brforeign"}})
 				})
 			},
@@ -248,7 +249,7 @@ func TestVLANRefusals(t *testing.T) {
 			if left := n.leftovers(); len(left) > 0 {
 				t.Errorf("%s: left behind: %v", tc.name, left)
 			}
-			n.do(func() error {
+			n.Do(func() error {
 				for _, name := range []string{"uplink0", "uplink1"} {
 					if l, err := netlinksafe.LinkByName(name); err == nil && l.Attrs().MasterIndex != 0 {
 						return fmt.Errorf("%s: %s was enslaved by a refused ADD", tc.name, name)
@@ -274,7 +275,7 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 	addUplink(t, n, "uplink0")
 
 	const count = 8
-	pods := make([]*pod, count)
+	pods := make([]*cnitest.Pod, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range count {
@@ -287,7 +288,7 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("concurrent ADD of pod %d: %v\nlog:\n%s", i, err, n.log())
+			t.Fatalf("concurrent ADD of pod %d: %v\nlog:\n%s", i, err, n.Log())
 		}
 	}
 	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101, 102}) {
@@ -297,7 +298,7 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 	// While pods 2 and 5 (VLAN 102's only users), 0, 3 (of 100) and 1 (of
 	// 101) leave, three pods arrive on 103, 100 and 103.
 	newVLANs := []int{103, 100, 103}
-	added := make([]*pod, len(newVLANs))
+	added := make([]*cnitest.Pod, len(newVLANs))
 	addErrs := make([]error, len(newVLANs))
 	for k, vid := range newVLANs {
 		wg.Add(1)
@@ -310,7 +311,7 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = pods[i].del()
+			errs[i] = pods[i].Del()
 		}()
 	}
 	wg.Wait()
@@ -327,8 +328,8 @@ func TestUplinkVLANsExactUnderConcurrency(t *testing.T) {
 	if got := uplinkVLANs(t, n); !slices.Equal(got, []uint16{100, 101, 103}) {
 		t.Fatalf("after concurrent DEL and ADD uplink0 carries %v, want [100 101 103]", got)
 	}
-	for _, p := range append([]*pod{pods[4], pods[6], pods[7]}, added...) {
-		if err := p.del(); err != nil {
+	for _, p := range append([]*cnitest.Pod{pods[4], pods[6], pods[7]}, added...) {
+		if err := p.Del(); err != nil {
 			t.Fatalf("DEL: %v", err)
 		}
 	}
