@@ -6,7 +6,6 @@ package k8s
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
-	"github.com/podwire/podwire/internal/testns"
 )
 
 const (
@@ -122,7 +120,12 @@ spec:
 
 	// The client network: a netns behind the router pod, 198.51.100.2 with
 	// the router's 198.51.100.1 as its gateway.
-	client := clientBehind(t, router, "198.51.100.1/24", "198.51.100.2/24")
+	client, release, err := cluster.NetworkBehind(router.netns,
+		[]netip.Prefix{netip.MustParsePrefix("198.51.100.1/24")}, []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
 	src, err := packets.Exchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
 	if err != nil {
@@ -137,40 +140,6 @@ spec:
 	if src := annotationSource(t, router.sandbox); src != "agent" {
 		t.Fatalf("podwire's record of %s says the annotations came from %q, want \"agent\"", name, src)
 	}
-}
-
-// clientBehind makes a netns wired to the pod by a veth pair: podAddr on
-// the pod's side (client0), clientAddr on the client's (eth0), whose
-// default route is the pod. It is removed when the test ends.
-func clientBehind(t *testing.T, p *pod, podAddr, clientAddr string) string {
-	t.Helper()
-	cns, err := testns.Make()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The holder's mount namespace may still pin the bind mount: ReleaseNS
-	// detaches it lazily then, so no netns is left behind.
-	t.Cleanup(func() { testns.Release(cns) })
-	if err := ns.WithNetNSPath(p.netns, func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "client0"}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(cns.Fd()))}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		return addrUp("client0", podAddr)
-	}); err != nil {
-		t.Fatalf("failed to wire the client network into %s/%s: %v", p.namespace, p.name, err)
-	}
-	gw, _ := netip.ParsePrefix(podAddr)
-	if err := cns.Do(func(ns.NetNS) error {
-		if err := addrUp("eth0", clientAddr); err != nil {
-			return err
-		}
-		l, _ := netlinksafe.LinkByName("eth0")
-		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.IP(gw.Addr().AsSlice())})
-	}); err != nil {
-		t.Fatalf("failed to set up the client netns: %v", err)
-	}
-	return cns.Path()
 }
 
 func addrUp(link, cidr string) error {
