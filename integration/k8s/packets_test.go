@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/podwire/podwire/integration/packets"
@@ -16,11 +15,4 @@ func newUDPSink(t *testing.T, nsPath string, port int) *packets.Sink {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// udpEchoServer answers every datagram to addr in nsPath with the source
-// address it saw and the payload, until the test ends (packets.EchoServer).
-func udpEchoServer(t *testing.T, nsPath string, addr netip.AddrPort) {
-	t.Helper()
-	packets.EchoServer(t, nsPath, addr)
 }

@@ -126,7 +126,7 @@ spec:
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
-	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
 	src, err := packets.Exchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
 	if err != nil {
 		t.Fatalf("the client behind %s/%s did not reach the server outside the node and back: %v", allowedNS, name, err)
@@ -208,8 +208,8 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("failed to add the server address outside: %v", err)
 	}
-	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, 7003))
-	udpEchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7004))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, 7003))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7004))
 	setNodeEgressIP(t, egressIP)
 
 	p := runPod(t, "default", "egress", nil)

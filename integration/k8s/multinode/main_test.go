@@ -213,7 +213,7 @@ func helm(ctx context.Context, verb, pinned string) error {
 // portmap, podwire.
 func deployPodwire(ctx context.Context) error {
 	var err error
-	if podwirePinned, err = pushPodwire(ctx, podwireImage, podwireRef); err != nil {
+	if podwirePinned, err = c.PushArchive(ctx, podwireImage, podwireRef); err != nil {
 		return err
 	}
 	if err := helm(ctx, "install", podwirePinned); err != nil {
@@ -242,11 +242,4 @@ func waitChain(ctx context.Context, n *cluster.Node) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// pushPodwire pushes an archive of `make image` (recorded as imageRef) to
-// the run's registry (cluster.PushArchive) and returns its reference
-// pinned by digest.
-func pushPodwire(ctx context.Context, archive, imageRef string) (string, error) {
-	return c.PushArchive(ctx, archive, imageRef)
 }

@@ -67,7 +67,7 @@ func TestHelmUpgrade(t *testing.T) {
 	to := netip.AddrPortFrom(receiver.ip4, port)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pinned, err := pushPodwire(ctx, upgradeImage, upgradeRef)
+	pinned, err := c.PushArchive(ctx, upgradeImage, upgradeRef)
 	if err != nil {
 		t.Fatal(err)
 	}
