@@ -113,7 +113,16 @@ func createEarlyDeployment(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("before podwire's install: %w", err)
 	}
-	earlyPending = msg
+	// The scheduler names no taint in its message: record the nodes'.
+	var taints []string
+	for _, n := range c.Nodes {
+		st, err := n.Status()
+		if err != nil {
+			return err
+		}
+		taints = append(taints, fmt.Sprintf("%s %v", n.Name, st.Taints))
+	}
+	earlyPending = fmt.Sprintf("%s (taints: %s)", msg, strings.Join(taints, ", "))
 	return nil
 }
 
@@ -168,7 +177,7 @@ func hasTaint(t *testing.T, n *cluster.Node) bool {
 //     once the file goes, the taint goes and the pod runs, checked.
 func TestStartupTaint(t *testing.T) {
 	needCluster(t)
-	if !strings.Contains(earlyPending, "untolerated taint") || !strings.Contains(earlyPending, startupTaint) {
+	if !strings.Contains(earlyPending, "untolerated taint") || strings.Count(earlyPending, startupTaint+":NoSchedule") != len(c.Nodes) {
 		t.Fatalf("before podwire's install the early pod was %q, want unschedulable for the taint %s", earlyPending, startupTaint)
 	}
 	t.Logf("before podwire's install: %s", earlyPending)
