@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
 )
@@ -99,7 +100,7 @@ func TestForwardingAcrossNodes(t *testing.T) {
 	if err := deletePod(ctx, forwardingNS, "router"); err != nil {
 		t.Fatal(err)
 	}
-	if err := eventually(60*time.Second, func() error {
+	if err := cnitest.Eventually(60*time.Second, func() error {
 		if v := nodeAnnotation(t, n1.Name, "podwire.io/routes"); v != "" {
 			return fmt.Errorf("%s still publishes %q", n1.Name, v)
 		}
@@ -152,18 +153,5 @@ func outsideRoutes(t *testing.T, ps []netip.Prefix, n *cluster.Node) {
 		t.Cleanup(func() {
 			_ = ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error { return netlink.RouteDel(r) })
 		})
-	}
-}
-
-// eventually runs f until it succeeds or d has passed, returning its last
-// error.
-func eventually(d time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(500 * time.Millisecond)
 	}
 }

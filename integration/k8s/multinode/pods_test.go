@@ -220,3 +220,23 @@ func addrOff(link string, p netip.Prefix) error {
 func netipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// checkedPod proves with packets that p is source-checked: from p's netns
+// three datagrams forged from forged and three from its own IPv4 address go
+// to the sink at to; its own must arrive, none forged may. Failures are
+// reported with t.Errorf, naming why as what.
+func checkedPod(t *testing.T, sink *packets.Sink, to netip.AddrPort, p *pod, forged netip.Addr, why string) {
+	t.Helper()
+	if err := packets.SendFrom(p.netns, forged, to, "forged-"+p.name, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := packets.SendFrom(p.netns, p.ip4, to, "genuine-"+p.name, 3); err != nil {
+		t.Fatal(err)
+	}
+	if !sink.WaitGot(p.ip4, "genuine-"+p.name, 10*time.Second) {
+		t.Errorf("%s on %s: its own datagrams did not arrive", p.name, p.node.Name)
+	}
+	if sink.Got(forged, "forged-"+p.name) {
+		t.Errorf("%s on %s, %s, is not checked: its datagram forged from %s arrived", p.name, p.node.Name, why, forged)
+	}
+}

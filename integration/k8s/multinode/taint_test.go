@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
 )
@@ -193,25 +194,10 @@ func TestStartupTaint(t *testing.T) {
 	}
 	t.Cleanup(sink.Close)
 	to := netip.AddrPortFrom(receiver.ip4, port)
-	checked := func(p *pod) {
-		t.Helper()
-		forged := netip.MustParseAddr("203.0.113.77")
-		if err := packets.SendFrom(p.netns, forged, to, "forged-"+p.name, 3); err != nil {
-			t.Fatal(err)
-		}
-		if err := packets.SendFrom(p.netns, p.ip4, to, "genuine-"+p.name, 3); err != nil {
-			t.Fatal(err)
-		}
-		if !sink.WaitGot(p.ip4, "genuine-"+p.name, 10*time.Second) {
-			t.Errorf("%s on %s: its own datagrams did not arrive", p.name, p.node.Name)
-		}
-		if sink.Got(forged, "forged-"+p.name) {
-			t.Errorf("%s on %s is not checked: its forged datagram arrived", p.name, p.node.Name)
-		}
-	}
+	forged := netip.MustParseAddr("203.0.113.77")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	checked(waitScheduledPod(t, ctx, "early"))
+	checkedPod(t, sink, to, waitScheduledPod(t, ctx, "early"), forged, "scheduled once its node's taint went")
 	for _, n := range c.Nodes {
 		if hasTaint(t, n) {
 			t.Errorf("%s still carries %s with its agent Ready", n.Name, startupTaint)
@@ -241,7 +227,7 @@ func TestStartupTaint(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.Remove(multusPath) })
 	start := time.Now()
-	if err := eventually(20*time.Second, func() error {
+	if err := cnitest.Eventually(20*time.Second, func() error {
 		if !hasTaint(t, n2) {
 			return fmt.Errorf("%s has no %s", n2.Name, startupTaint)
 		}
@@ -259,8 +245,7 @@ func TestStartupTaint(t *testing.T) {
 	if err := os.Remove(multusPath); err != nil {
 		t.Fatal(err)
 	}
-	late := waitScheduledPod(t, ctx, "late")
-	checked(late)
+	checkedPod(t, sink, to, waitScheduledPod(t, ctx, "late"), forged, "scheduled once its node's taint went")
 	if hasTaint(t, n2) {
 		t.Errorf("%s still carries %s", n2.Name, startupTaint)
 	}

@@ -128,19 +128,7 @@ func TestHelmUpgrade(t *testing.T) {
 			t.Errorf("a pod created during the rollout: %v", err)
 			continue
 		}
-		src := netip.MustParseAddr("203.0.113.99")
-		if err := packets.SendFrom(q.netns, src, to, "forged-"+q.name, 3); err != nil {
-			t.Fatal(err)
-		}
-		if err := packets.SendFrom(q.netns, q.ip4, to, "genuine-"+q.name, 3); err != nil {
-			t.Fatal(err)
-		}
-		if !sink.WaitGot(q.ip4, "genuine-"+q.name, 10*time.Second) {
-			t.Errorf("%s on %s: its genuine datagrams did not arrive", q.name, q.node.Name)
-		}
-		if sink.Got(src, "forged-"+q.name) {
-			t.Errorf("%s on %s, created during the rollout, is not checked: its forged datagram arrived", q.name, q.node.Name)
-		}
+		checkedPod(t, sink, to, q, netip.MustParseAddr("203.0.113.99"), "created during the rollout")
 	}
 	churn.deleteAll(ctx)
 	waitNoPods(t, ctx, "churn=rollout")
