@@ -182,8 +182,10 @@ func TestStartupTaint(t *testing.T) {
 		t.Fatalf("before podwire's install the early pod was %q, want unschedulable for the taint %s", earlyPending, startupTaint)
 	}
 	t.Logf("before podwire's install: %s", earlyPending)
+	// Foreground: the pods go before the Deployments, so that no pod
+	// podwire wired outlives the test (TestHelmUninstall counts them).
 	t.Cleanup(func() {
-		kubectl(t, "", "delete", "deployment", "early", "late", "--ignore-not-found", "--wait=true", "--timeout=60s")
+		kubectl(t, "", "delete", "deployment", "early", "late", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=90s")
 	})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	receiver := runPod(t, "default", "taint-receiver", n1, nil)
