@@ -111,6 +111,8 @@ type Agent struct {
 	ownerReady bool
 	// taint is what the agent last made of the startup taint.
 	taint taintState
+	// routes is syncRoutes' memory (the drift loop's goroutine only).
+	routes routeSync
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,11 +86,51 @@ func comparePrefix(a, b netip.Prefix) int {
 	return a.Bits() - b.Bits()
 }
 
+// routeSync is what syncRoutes last read and applied, so that a tick with
+// nothing changed reads no record and dumps no route table.
+type routeSync struct {
+	// dirTime is stateDir's mtime when the records were last read, at
+	// readAt: a record is written by a rename and removed by an unlink,
+	// and both change it.
+	dirTime, readAt time.Time
+	annotation      string
+	local           []netip.Prefix
+	// applied is the remote routes last synced, at syncedAt.
+	applied  []forwarding.RemoteRoute
+	syncedAt time.Time
+}
+
+// resyncEvery bounds how long a remote route removed or changed by hand
+// stays so when nothing else changed.
+const resyncEvery = 30 * time.Second
+
+// recordRoutes is localRoutes, read again only when stateDir changed.
+func (a *Agent) recordRoutes() (string, []netip.Prefix, error) {
+	fi, err := os.Stat(a.cfg.StateDir)
+	if err != nil {
+		return "", nil, err
+	}
+	rs := &a.routes
+	// The mtime comes from a coarse clock: a change in the same tick of
+	// it as the last read keeps the mtime, so the cache counts only when
+	// that read came well after the mtime.
+	if !rs.dirTime.IsZero() && fi.ModTime().Equal(rs.dirTime) && rs.readAt.Sub(rs.dirTime) > time.Second {
+		return rs.annotation, rs.local, nil
+	}
+	now := time.Now()
+	v, local, err := localRoutes(a.cfg.StateDir)
+	if err != nil {
+		return "", nil, err
+	}
+	rs.dirTime, rs.readAt, rs.annotation, rs.local = fi.ModTime(), now, v, local
+	return v, local, nil
+}
+
 // publishRoutes patches this node's NodeRoutesAnnotation when the records'
 // routes differ from it (absent when there are none). It returns the
 // local prefixes, which remote routes never override.
 func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
-	want, local, err := localRoutes(a.cfg.StateDir)
+	want, local, err := a.recordRoutes()
 	if err != nil {
 		return nil, err
 	}
@@ -183,8 +225,15 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 		return
 	}
 	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local)
+	rs := &a.routes
+	if slices.Equal(want, rs.applied) && time.Since(rs.syncedAt) < resyncEvery {
+		return
+	}
 	added, deleted, err := forwarding.SyncRemoteRoutes(want)
 	a.setErr("remote routes", err)
+	if err == nil {
+		rs.applied, rs.syncedAt = want, time.Now()
+	}
 	if len(added) > 0 || len(deleted) > 0 {
 		a.log.Info("routes to other nodes' forwarding pods synced", "added", added, "deleted", deleted, "skipped", skipped)
 	}
