@@ -304,6 +304,10 @@ func TestHelmUninstall(t *testing.T) {
 			t.Logf("the agents' logs:\n%s", logs.String())
 		}
 	}()
+	// Node 1's earlier pods are all deleted, but the API drops a pod
+	// object before the kubelet's teardown runs its DEL: until then podwire
+	// rightly stays for it. Wait for those DELs.
+	waitNoAttachments(t, ctx, c.Nodes[0])
 	start := time.Now()
 	if out, err := c.Helm(ctx, helmBin, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatal(err)
@@ -422,6 +426,28 @@ func nodeClean(t *testing.T, ctx context.Context, n *cluster.Node) {
 		if f := strings.Fields(l); len(f) == 3 && strings.HasPrefix(f[2], "podwire") {
 			t.Errorf("%s: %s is still there after the uninstall", n.Name, l)
 		}
+	}
+}
+
+// waitNoAttachments waits until node n's stateDir holds no attachment
+// record (every pod podwire wired there has had its DEL).
+func waitNoAttachments(t *testing.T, ctx context.Context, n *cluster.Node) {
+	t.Helper()
+	for {
+		ents, _ := os.ReadDir(n.Path("/run/podwire"))
+		var recs []string
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".json") && strings.Contains(e.Name(), "_") {
+				recs = append(recs, e.Name())
+			}
+		}
+		if len(recs) == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: attachments still recorded (their pods' DELs not run): %v", n.Name, recs)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
