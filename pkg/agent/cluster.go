@@ -18,8 +18,9 @@ import (
 // ClusterNodes follows every Node of the cluster for the ranges the egress
 // table excepts (nodetables.Cluster): spec.podCIDRs, the InternalIP
 // addresses and the prefixes each node's forwarding pods serve
-// (NodeRoutesAnnotation, which routes.go also routes to). It is the agent's one informer that is not metadata-only,
-// since podCIDRs live in the spec; a transform keeps nothing of a Node but
+// (NodeRoutesAnnotation, which routes.go also routes to). It is the
+// agent's one informer that is not metadata-only, since podCIDRs live in
+// the spec; a transform keeps nothing of a Node but
 // its name and those fields, so the cache costs a few hundred bytes per
 // node. RBAC: list and watch nodes, which the agent already has.
 type ClusterNodes struct {
@@ -85,15 +86,9 @@ func (c *ClusterNodes) Ranges() nodetables.Cluster {
 		rs, _ := parseNodeRoutes(n.Annotations[NodeRoutesAnnotation])
 		out.Routes = append(out.Routes, rs...)
 	}
-	cmp := func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	}
-	slices.SortFunc(out.PodCIDRs, cmp)
-	slices.SortFunc(out.NodeIPs, cmp)
-	slices.SortFunc(out.Routes, cmp)
+	slices.SortFunc(out.PodCIDRs, comparePrefix)
+	slices.SortFunc(out.NodeIPs, comparePrefix)
+	slices.SortFunc(out.Routes, comparePrefix)
 	out.PodCIDRs = slices.Compact(out.PodCIDRs)
 	out.NodeIPs = slices.Compact(out.NodeIPs)
 	out.Routes = slices.Compact(out.Routes)

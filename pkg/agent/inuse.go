@@ -24,12 +24,15 @@ import (
 // "clusterNetwork" and its daemon reads that file at each ADD.
 var multusTypes = []string{"multus", "multus-shim"}
 
+// confPlugin is a plugin of a conflist, by type.
+type confPlugin struct {
+	Type string `json:"type"`
+}
+
 // confHead is what the agent reads of a file of the conf dir.
 type confHead struct {
-	Type    string `json:"type"`
-	Plugins []struct {
-		Type string `json:"type"`
-	} `json:"plugins"`
+	Type           string            `json:"type"`
+	Plugins        []confPlugin      `json:"plugins"`
 	Delegates      []json.RawMessage `json:"delegates"`
 	ClusterNetwork string            `json:"clusterNetwork"`
 }
@@ -42,11 +45,7 @@ func (h *confHead) holdsPodwire() bool {
 	if h.Type == install.PluginType {
 		return true
 	}
-	return slices.ContainsFunc(h.Plugins, func(p struct {
-		Type string `json:"type"`
-	}) bool {
-		return p.Type == install.PluginType
-	})
+	return slices.Contains(h.Plugins, confPlugin{Type: install.PluginType})
 }
 
 // readConfHead parses a file of the conf dir; ok is false when it does not
