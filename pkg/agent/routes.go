@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -153,14 +155,41 @@ func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
 	return local, nil
 }
 
+// routableBounds is forwarding.routablePrefixes of podwire's entry in the
+// conflist it is in: the receiving side's bound on what another Node may
+// publish, the one its own plugin admits (a Node's annotation is written
+// by that node's agent, but also by whoever else may patch Nodes).
+func (a *Agent) routableBounds() ([]netip.Prefix, error) {
+	a.mu.Lock()
+	conflist := a.status.Conflist
+	a.mu.Unlock()
+	if conflist == "" {
+		return nil, errors.New("podwire is not in the chain yet")
+	}
+	data, err := os.ReadFile(conflist)
+	if err != nil {
+		return nil, err
+	}
+	e, ok, err := install.Entry(data)
+	if err != nil || !ok {
+		return nil, fmt.Errorf("no podwire entry in %s: %v", conflist, err)
+	}
+	conf, err := install.ParseEntry(e)
+	if err != nil {
+		return nil, err
+	}
+	return conf.RoutablePrefixes, nil
+}
+
 // remoteRoutes is what this node routes toward other nodes' forwarding
 // pods: each prefix another Node publishes, via this node's next hop to
 // that Node's pod CIDR of the prefix's family. A prefix is left out, with
-// a reason, when it overlaps a pod CIDR or node IP of the cluster (it
-// would take over their traffic), is a default route, is served on this
-// node too (the local route wins), or another node published it first (by
-// name).
-func (c *ClusterNodes) remoteRoutes(self string, local []netip.Prefix) (want []forwarding.RemoteRoute, skipped []string) {
+// a reason, when it lies outside bounds (forwarding.routablePrefixes, read
+// by the call only when some Node publishes a prefix), overlaps a pod CIDR
+// or node IP of the cluster (it would take over their traffic), is a
+// default route, is served on this node too (the local route wins), or
+// another node published it first (by name).
+func (c *ClusterNodes) remoteRoutes(self string, local []netip.Prefix, bounds func() ([]netip.Prefix, error)) (want []forwarding.RemoteRoute, skipped []string) {
 	var nodes []*corev1.Node
 	for _, o := range c.informer.GetStore().List() {
 		if n, ok := o.(*corev1.Node); ok && n.Name != self {
@@ -174,12 +203,27 @@ func (c *ClusterNodes) remoteRoutes(self string, local []netip.Prefix) (want []f
 	for _, p := range local {
 		taken[p] = "this node"
 	}
+	var allowed []netip.Prefix
+	var boundsErr error
+	boundsRead := false
 	for _, n := range nodes {
 		ps, err := parseNodeRoutes(n.Annotations[NodeRoutesAnnotation])
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("node %s: %v", n.Name, err))
 		}
+		if len(ps) > 0 && !boundsRead {
+			allowed, boundsErr = bounds()
+			boundsRead = true
+		}
 		for _, p := range ps {
+			if boundsErr != nil {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: forwarding.routablePrefixes unknown: %v", p, n.Name, boundsErr))
+				continue
+			}
+			if !slices.ContainsFunc(allowed, func(b netip.Prefix) bool { return b.Bits() <= p.Bits() && b.Contains(p.Addr()) }) {
+				skipped = append(skipped, fmt.Sprintf("%s of node %s: outside forwarding.routablePrefixes %v", p, n.Name, allowed))
+				continue
+			}
 			if by, ok := taken[p]; ok {
 				skipped = append(skipped, fmt.Sprintf("%s of node %s: served by %s", p, n.Name, by))
 				continue
@@ -224,7 +268,7 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 	if a.cfg.Cluster == nil || !a.cfg.Cluster.Synced() {
 		return
 	}
-	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local)
+	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local, a.routableBounds)
 	rs := &a.routes
 	if slices.Equal(want, rs.applied) && time.Since(rs.syncedAt) < resyncEvery {
 		return
