@@ -65,11 +65,24 @@ func TestForwardingAcrossNodes(t *testing.T) {
 	const port = 7403
 	udpEchoServer(t, behind, port)
 
-	// From a pod on node 2: node 2's agent routes the prefixes within a
-	// few of its ticks.
+	// From a pod on node 2, which has egress IPs: node 2's agent routes
+	// the prefixes within a few of its ticks, and excepts them from its
+	// egress SNAT like pod CIDRs (what the host sees is then up to
+	// flannel's masquerade, never node 2's egress IP).
+	egressOnEveryNode(t)
+	egress4, egress6 := egressIPs(1)
 	client := runPod(t, "default", "fwd-client", n2, nil)
 	for _, dst := range []netip.Addr{hostIP, hostIP6} {
-		src, err := packets.Exchange(client.netns, netip.AddrPortFrom(dst, port), 30*time.Second)
+		var src string
+		err := cnitest.Eventually(45*time.Second, func() (err error) {
+			if src, err = packets.Exchange(client.netns, netip.AddrPortFrom(dst, port), 10*time.Second); err != nil {
+				return err
+			}
+			if src == egress4.String() || src == egress6.String() {
+				return fmt.Errorf("the host saw node 2's egress IP %s: the prefix is not excepted from egress SNAT", src)
+			}
+			return nil
+		})
 		if err != nil {
 			t.Fatalf("a pod on %s did not reach %s behind the router on %s and back: %v\nroutes of %s:\n%s",
 				n2.Name, dst, n1.Name, err, n2.Name, nodeRoutes(t, n2))
