@@ -1,12 +1,13 @@
 // Command checkdeps prints the programs that shell scripts and Go files call,
 // a line each: the program, a tab, and where it is called ("file:line", then
-// " (and N more)"). See follow, scanShell and scanGo for what counts as a
+// " (and N more)" lines). See follow, scanShell and scanGo for what counts as a
 // call. scripts/check-deps.sh resolves each to a Debian package.
 //
 // Usage: checkdeps FILE...
 package main
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -31,12 +32,13 @@ var builtins = strings.Fields(`: . [ [[ ]] alias bg bind break builtin caller cd
 // uses are the calls of each program: program → "file:line" of each call.
 type uses map[string][]string
 
-// add records the programs argv runs (follow) at file:line, but those
+// add records the programs argv runs (follow) at file:line, once, but those
 // skip (if not nil) names.
 func (u uses) add(file string, line int, argv []string, skip func(string) bool) {
+	at := fmt.Sprintf("%s:%d", file, line)
 	for _, p := range follow(argv) {
-		if p != "" && (skip == nil || !skip(p)) {
-			u[p] = append(u[p], fmt.Sprintf("%s:%d", file, line))
+		if p != "" && (skip == nil || !skip(p)) && !slices.Contains(u[p], at) {
+			u[p] = append(u[p], at)
 		}
 	}
 }
@@ -47,11 +49,13 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(files []string, stdout, stderr io.Writer) int {
 	u := uses{}
 	for _, f := range files {
-		scan := scanShell
+		var err error
 		if strings.HasSuffix(f, ".go") {
-			scan = scanGo
+			err = scanGo(f, u)
+		} else {
+			_, err = scanShell(f, u)
 		}
-		if err := scan(f, u); err != nil {
+		if err != nil {
 			fmt.Fprintln(stderr, "checkdeps:", err)
 			return 2
 		}
@@ -77,12 +81,10 @@ func follow(argv []string) []string {
 	prog, rest := argv[0], argv[1:]
 	out := []string{prog}
 	switch filepath.Base(prog) {
-	case "command":
-		if len(rest) >= 2 && (rest[0] == "-v" || rest[0] == "-V") {
+	case "command", "exec", "builtin":
+		if prog == "command" && len(rest) >= 2 && (rest[0] == "-v" || rest[0] == "-V") {
 			return rest[1:2]
 		}
-		out = nil
-	case "exec", "builtin":
 		out = nil
 	case "nsenter", "unshare", "setsid", "nohup":
 		if i := slices.Index(rest, "--"); i >= 0 {
@@ -114,76 +116,78 @@ func follow(argv []string) []string {
 	return out
 }
 
+// wrapper is a function that runs "$@" (after `shift`s):
+// `in_() { local n=$1; shift; ip netns exec "$n" "$@"; }`.
+type wrapper struct {
+	shift, at int      // at: the index of "$@" in argv
+	argv      []string // the call running "$@"
+}
+
 // scanShell adds the programs a shell script calls: the literal command
 // word of every simple command (through follow's wrappers), each word of a
 // `for t in a b; do command -v "$t"` loop, and the calls a function of the
-// script that runs "$@" makes; builtins and the script's functions are
-// not programs.
-func scanShell(path string, u uses) error {
+// script that runs "$@" makes; builtins and the script's functions, with
+// those of the project scripts it sources, are not programs; the calls of
+// those scripts count too. It returns those functions (nil, or the *wrapper
+// of one that runs "$@").
+func scanShell(path string, u uses) (map[string]*wrapper, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	file, err := syntax.NewParser().Parse(f, path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The script's functions; one that runs "$@" (after `shift`s) is a
-	// wrapper: `in_() { local n=$1; shift; ip netns exec "$n" "$@"; }`.
-	type wrapper struct {
-		shift, at int      // at: the index of "$@" in argv
-		argv      []string // the call running "$@"
-	}
-	funcs, wrappers := map[string]bool{}, map[string]*wrapper{}
+	funcs := map[string]*wrapper{}
 	syntax.Walk(file, func(n syntax.Node) bool {
-		fd, ok := n.(*syntax.FuncDecl)
-		if !ok {
-			return true
-		}
-		funcs[fd.Name.Value] = true
-		shift := 0
-		syntax.Walk(fd.Body, func(n syntax.Node) bool {
-			ce, ok := n.(*syntax.CallExpr)
-			if !ok {
+		switch n := n.(type) {
+		case *syntax.CallExpr:
+			if src := sourced(path, n.Args); src != "" {
+				more, e := scanShell(src, u)
+				maps.Copy(funcs, more)
+				err = errors.Join(err, e)
+			}
+		case *syntax.FuncDecl:
+			name, shift := n.Name.Value, 0
+			funcs[name] = nil
+			syntax.Walk(n.Body, func(n syntax.Node) bool {
+				if ce, ok := n.(*syntax.CallExpr); ok {
+					argv := words(ce.Args)
+					if argv[0] == "shift" { // shift [N]
+						k, _ := strconv.Atoi(append(argv, "1")[1])
+						shift += max(k, 1)
+					}
+					at := slices.IndexFunc(ce.Args, func(w *syntax.Word) bool { return text(w) == `"$@"` })
+					if at >= 0 && funcs[name] == nil {
+						funcs[name] = &wrapper{shift, at, argv}
+					}
+				}
 				return true
-			}
-			if len(ce.Args) > 0 && ce.Args[0].Lit() == "shift" {
-				k := 1
-				if v, err := strconv.Atoi(words(ce.Args[1:])[0]); err == nil {
-					k = v
-				}
-				shift += k
-			}
-			for i, w := range ce.Args {
-				if name, quoted := param(w); name == "@" && quoted && wrappers[fd.Name.Value] == nil {
-					wrappers[fd.Name.Value] = &wrapper{shift, i, words(ce.Args)}
-				}
-			}
-			return true
-		})
+			})
+		}
 		return true
 	})
-	skip := func(p string) bool { return slices.Contains(builtins, p) || funcs[p] }
+	skip := func(p string) bool {
+		_, fn := funcs[p]
+		return fn || slices.Contains(builtins, p)
+	}
+	loops := map[string][]*syntax.Word{} // for t in ip ping socat: t → the words
 	syntax.Walk(file, func(n syntax.Node) bool {
 		switch n := n.(type) {
 		case *syntax.ForClause:
-			// for t in ip ping socat; do command -v "$t" ...: each word.
 			if wi, ok := n.Loop.(*syntax.WordIter); ok {
-				syntax.Walk(&syntax.Block{Stmts: n.Do}, func(m syntax.Node) bool {
-					if ce, ok := m.(*syntax.CallExpr); ok && len(ce.Args) >= 3 && ce.Args[0].Lit() == "command" && ce.Args[1].Lit() == "-v" {
-						if name, _ := param(ce.Args[2]); name == wi.Name.Value {
-							for _, item := range wi.Items {
-								u.add(path, int(item.Pos().Line()), []string{item.Lit()}, skip)
-							}
-						}
-					}
-					return true
-				})
+				loops[wi.Name.Value] = wi.Items
 			}
 		case *syntax.CallExpr:
 			argv := words(n.Args)
-			if w := wrappers[argv[0]]; w == nil {
+			if len(argv) >= 3 && argv[0] == "command" && argv[1] == "-v" {
+				for _, item := range loops[strings.Trim(text(n.Args[2]), `"${}`)] {
+					u.add(path, int(item.Pos().Line()), []string{item.Lit()}, skip)
+				}
+			}
+			if w := funcs[argv[0]]; w == nil {
 				u.add(path, int(n.Pos().Line()), argv, skip)
 			} else if 1+w.shift <= len(argv) {
 				u.add(path, int(n.Pos().Line()), slices.Concat(w.argv[:w.at], argv[1+w.shift:], w.argv[w.at+1:]), skip)
@@ -191,36 +195,40 @@ func scanShell(path string, u uses) error {
 		}
 		return true
 	})
-	return nil
+	return funcs, err
+}
+
+// sourced is the project script `source WORD` or `. WORD` reads (argv):
+// WORD's text after its last expansion (`$(dirname "$0")` or
+// `${BASH_SOURCE%/*}`), unquoted, from the script's directory, when that is a
+// file; "" otherwise.
+func sourced(script string, argv []*syntax.Word) string {
+	if len(argv) != 2 || argv[0].Lit() != "source" && argv[0].Lit() != "." {
+		return ""
+	}
+	w := text(argv[1])
+	p := filepath.Join(filepath.Dir(script), strings.Trim(w[strings.LastIndexAny(w, ")}")+1:], `"'`))
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 // words are the literals of ws ("" for a word that is not one), and "" when
 // ws is empty.
 func words(ws []*syntax.Word) []string {
-	if len(ws) == 0 {
-		return []string{""}
-	}
-	out := make([]string, len(ws))
+	out := make([]string, max(len(ws), 1))
 	for i, w := range ws {
 		out[i] = w.Lit()
 	}
 	return out
 }
 
-// param is the parameter a word expands alone ($x or "$x"), and whether it
-// is quoted.
-func param(w *syntax.Word) (name string, quoted bool) {
-	if len(w.Parts) != 1 {
-		return "", false
-	}
-	part := w.Parts[0]
-	if dq, ok := part.(*syntax.DblQuoted); ok && len(dq.Parts) == 1 {
-		part, quoted = dq.Parts[0], true
-	}
-	if pe, ok := part.(*syntax.ParamExp); ok {
-		name = pe.Param.Value
-	}
-	return name, quoted
+// text is a word as the script spells it.
+func text(w *syntax.Word) string {
+	var b strings.Builder
+	syntax.NewPrinter().Print(&b, w)
+	return b.String()
 }
 
 // scanGo adds the programs a Go file runs: string literals reaching
@@ -248,11 +256,8 @@ func scanGo(path string, u uses) error {
 		}
 		params := map[string]int{}
 		for _, f := range fd.Type.Params.List {
-			for _, n := range f.Names {
+			for _, n := range f.Names { // all named, or none (no parameter to pass on)
 				params[n.Name] = len(params)
-			}
-			if len(f.Names) == 0 { // an unnamed parameter counts too
-				params[fmt.Sprint(len(params))] = len(params)
 			}
 		}
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
@@ -275,9 +280,7 @@ func scanGo(path string, u uses) error {
 		case *ast.RangeStmt:
 			rangedOver[n.X] = true
 			if v, ok := n.Value.(*ast.Ident); ok && isSliceOf(n.X, 1) {
-				if lits := slices.DeleteFunc(litArgs(n.X.(*ast.CompositeLit).Elts), func(s string) bool { return s == "" }); len(lits) > 0 {
-					ranged[v.Name] = lits
-				}
+				ranged[v.Name] = litArgs(n.X.(*ast.CompositeLit).Elts)
 			}
 		case *ast.CompositeLit:
 			if isSliceOf(n, 2) && !rangedOver[n] {
@@ -289,13 +292,10 @@ func scanGo(path string, u uses) error {
 			}
 		case *ast.CallExpr:
 			if arg := execArg(n); arg != nil {
-				if id, ok := arg.(*ast.Ident); ok && ranged[id.Name] != nil {
-					for _, l := range ranged[id.Name] {
-						add(n.Pos(), []string{l})
-					}
-				} else {
-					add(n.Pos(), litArgs(n.Args[slices.Index(n.Args, arg):]))
+				for _, l := range ranged[types.ExprString(arg)] {
+					add(n.Pos(), []string{l})
 				}
+				add(n.Pos(), litArgs(n.Args[slices.Index(n.Args, arg):]))
 				return true
 			}
 			name := types.ExprString(n.Fun)

@@ -38,7 +38,7 @@ func TestCheckDeps(t *testing.T) {
 	}
 }
 
-// TestScan: wrappers and loops are followed to the programs they run;
+// TestScan: wrappers, loops and sourced scripts are followed to the programs they run;
 // builtins and words that are not literals are no programs.
 func TestScan(t *testing.T) {
 	var out, errs strings.Builder
@@ -49,7 +49,7 @@ func TestScan(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		progs = append(progs, strings.Fields(l)[0])
 	}
-	if got, want := strings.Join(progs, " "), "containerd env ip nft nsenter ping qemu-img qemu-system-x86_64 socat strace tcpdump timeout"; got != want {
+	if got, want := strings.Join(progs, " "), "arping containerd dirname env ip nft nsenter ping qemu-img qemu-system-x86_64 sleep socat strace tcpdump timeout"; got != want {
 		t.Errorf("programs %q, want %q", got, want)
 	}
 }

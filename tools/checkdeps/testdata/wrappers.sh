@@ -9,3 +9,6 @@ exec qemu-system-x86_64 -nographic
 for t in ping tcpdump; do command -v "$t"; done
 "$cmd" --help
 echo builtin, not a program
+. "$(dirname "$0")/lib.sh"
+in_ ns1 arping -c 1 192.0.2.1
+lib_sleep
