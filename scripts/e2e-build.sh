@@ -14,11 +14,10 @@
 #
 # Usage: scripts/e2e-build.sh K8S_VERSION CACHE_DIR
 #
-# The same throwaway module as k8s-build.sh (it says why): k8s.io/kubernetes
-# required at VERSION, each staging module replaced by its published
-# v0.<minor>.<patch>. `go test -c` of test/e2e takes about 4 min when
-# k8s-build.sh has warmed the Go build cache. The version variables are set
-# at link time as for the other binaries.
+# The same throwaway module as k8s-build.sh, k8s-module.sh's (it says why).
+# `go test -c` of test/e2e takes about 4 min when k8s-build.sh has warmed
+# the Go build cache. The version variables are set at link time as for the
+# other binaries (k8s_ldflags).
 #
 # Idempotent: an e2e.test whose stamp (.stamp-e2e, written last) names the
 # version is not rebuilt; the binary is moved into place only when the
@@ -32,6 +31,8 @@ OUT=$CACHE/k8s-$K8S_VERSION
 
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
+# shellcheck source=k8s-module.sh
+source "$(dirname "$0")/k8s-module.sh"
 
 if [[ -x $OUT/e2e.test && -f $OUT/agnhost-files/localhost.key && -f $OUT/.stamp-e2e && $(cat "$OUT/.stamp-e2e") == "$K8S_VERSION" ]]; then
 	echo "e2e-build: $OUT/e2e.test is complete"
@@ -40,29 +41,8 @@ fi
 
 work=$(mktemp -d /tmp/podwire-e2ebuild.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-echo "e2e-build: resolving k8s.io/kubernetes@$K8S_VERSION"
-gomod=$("$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-[[ -f $gomod ]] || { echo "e2e-build: no go.mod for k8s.io/kubernetes@$K8S_VERSION" >&2; exit 1; }
-staging=$(awk '/^replace \(/{r=1; next} r && /^\)/{r=0} r && $2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
-[[ -n $staging ]] || { echo "e2e-build: no staging modules found in $gomod" >&2; exit 1; }
-staged=v0.${K8S_VERSION#v1.}
-{
-	echo "module podwire.local/e2ebuild"
-	echo
-	echo "go $("$GO" env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
-	echo
-	echo "require k8s.io/kubernetes $K8S_VERSION"
-	echo
-	echo "replace ("
-	for m in $staging; do echo "	$m => $m $staged"; done
-	echo ")"
-} >"$work/go.mod"
-minor=${K8S_VERSION#v1.}
-minor=${minor%%.*}
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-done
+k8s_module "$work" e2ebuild
+ldflags=$(k8s_ldflags)
 src=$(cd "$work" && "$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 [[ -f $src/test/images/agnhost/porter/localhost.crt ]] || { echo "e2e-build: no test/images/agnhost/porter in $src" >&2; exit 1; }
 mkdir -p "$work/agnhost-files"

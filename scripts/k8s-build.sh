@@ -8,16 +8,11 @@
 # Usage: scripts/k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR
 # (the Makefile names the versions, in one place).
 #
-# Why a throwaway module: k8s.io/kubernetes is not meant to be required (its
-# go.mod points its 33 staging modules at ./staging/src/...), but its cmd
-# packages build from a module that requires it and replaces each of those
-# staging modules with the published k8s.io/<name> v0.<minor>.<patch>. The
-# replace list is read from k8s.io/kubernetes' own go.mod, so it follows the
-# version. One `go build` of all five commands compiles the shared packages
-# once (about 25 min on 2 cores with a cold Go build cache, a few seconds
-# with a warm one; 2.7 GB RAM at the peak). The version variables of
-# component-base are set at link time so that the binaries and `kubectl
-# version` say the truth instead of v0.0.0-master.
+# The throwaway module that requires k8s.io/kubernetes is k8s-module.sh's
+# (it says why). One `go build` of all the commands compiles the shared
+# packages once (about 25 min on 2 cores with a cold Go build cache, a few
+# seconds with a warm one; 2.7 GB RAM at the peak). The version variables
+# are set at link time (k8s_ldflags).
 #
 # Idempotent: a version whose binaries are all present (and whose stamp is
 # written last) is not rebuilt. Outputs are moved into place only when the
@@ -38,40 +33,17 @@ ETCD_OUT=$CACHE/etcd-$ETCD_VERSION
 
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
+# shellcheck source=k8s-module.sh
+source "$(dirname "$0")/k8s-module.sh"
 
 build_k8s() {
 	local work
 	work=$(mktemp -d /tmp/podwire-k8sbuild.XXXXXX)
 	trap 'rm -rf "$work"' RETURN
-	echo "k8s-build: resolving k8s.io/kubernetes@$K8S_VERSION"
-	local gomod
-	gomod=$("$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-	[[ -f $gomod ]] || { echo "k8s-build: no go.mod for k8s.io/kubernetes@$K8S_VERSION" >&2; return 1; }
-	# Staging modules: "k8s.io/x => ./staging/src/k8s.io/x" in its replace block.
-	local staging
-	staging=$(awk '/^replace \(/{r=1; next} r && /^\)/{r=0} r && $2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")
-	local n
-	n=$(wc -w <<<"$staging")
-	((n > 0)) || { echo "k8s-build: no staging modules found in $gomod" >&2; return 1; }
-	local staged=v0.${K8S_VERSION#v1.}
-	{
-		echo "module podwire.local/k8sbuild"
-		echo
-		echo "go $("$GO" env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')"
-		echo
-		echo "require k8s.io/kubernetes $K8S_VERSION"
-		echo
-		echo "replace ("
-		for m in $staging; do echo "	$m => $m $staged"; done
-		echo ")"
-	} >"$work/go.mod"
-	echo "k8s-build: $n staging modules replaced with $staged; building ${K8S_CMDS[*]} (about 25 min with a cold Go build cache)"
-	local minor=${K8S_VERSION#v1.}
-	minor=${minor%%.*}
-	local ldflags="-s -w"
-	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-	done
+	k8s_module "$work" k8sbuild
+	echo "k8s-build: building ${K8S_CMDS[*]} (about 25 min with a cold Go build cache)"
+	local ldflags
+	ldflags=$(k8s_ldflags)
 	local pkgs=()
 	for c in "${K8S_CMDS[@]}"; do
 		if [[ $c == *:* ]]; then pkgs+=("k8s.io/kubernetes/${c#*:}"); else pkgs+=("k8s.io/kubernetes/cmd/$c"); fi
