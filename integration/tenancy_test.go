@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
 // mustRefuse asserts that err is CNI error 7 whose message names every
@@ -147,4 +150,54 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 	if !found {
 		t.Fatalf("podwire status does not show the refused egress IP %s: %q", rogue4, st.Warnings)
 	}
+}
+
+// kns is a Namespace as the metadata client returns it.
+func kns(name string, labels map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("ns-uid-" + name), Labels: labels}}
+}
+
+// TestForwardingNamespaceSelector: with forwarding.namespaceSelector, a pod
+// asking podwire.io/forwarding is admitted in a namespace whose labels the
+// selector selects (the node agent answers them) and its forged sources
+// pass the node; in a namespace merely named like it, without the label,
+// the same pod is refused naming the selector, and nothing is left. With no
+// agent to answer the labels, a forwarding pod's ADD fails with CNI error
+// 11 (the gate fails closed), while an ordinary pod's ADD needs no agent.
+func TestForwardingNamespaceSelector(t *testing.T) {
+	n := newNode(t)
+	conf := map[string]any{"forwarding": map[string]any{
+		"namespaceSelector": map[string]any{
+			"matchLabels":      map[string]string{"podwire.io/forwarding": "true"},
+			"matchExpressions": []any{map[string]any{"key": "team", "operator": "In", "values": []string{"nf", "edge"}}},
+		},
+	}}
+	ta := n.startAgent(n.primaryList("0.3.1", nil), nil, knode("worker-1", nil),
+		kns("nf-router", map[string]string{"podwire.io/forwarding": "true", "team": "nf"}),
+		kns("nf-router-x", map[string]string{"team": "nf"}))
+	fwd := map[string]string{"podwire.io/forwarding": "true"}
+
+	p := n.mustAddPod(podSpec{namespace: "nf-router", name: "router", annotations: fwd, podwire: conf})
+	be := n.newBackend()
+	srv := listenTCP(t, be.ns, "[::]:0")
+	spoof := spoofSetup(t, n, p, false)
+	if err := eventually(3*time.Second, func() error {
+		return dialTCP(p.NS, spoof, netip.AddrPortFrom(be.v4, srv.port()), time.Second)
+	}); err != nil {
+		t.Fatalf("forwarding pod of a selected namespace: forged source %s dropped: %v\nlog:\n%s", spoof, err, n.Log())
+	}
+
+	_, err := n.addPod(podSpec{namespace: "nf-router-x", name: "router", annotations: fwd, podwire: conf})
+	mustRefuse(t, n, err, 1, "nf-router-x", "forwarding.namespaceSelector", "podwire.io/forwarding=true")
+
+	ta.stop()
+	_, err = n.addPod(podSpec{namespace: "nf-router", name: "router-2", annotations: fwd, podwire: conf})
+	if cniCode(err) != 11 {
+		t.Fatalf("forwarding pod's ADD with no agent to read its namespace's labels: %v (code %d), want code 11", err, cniCode(err))
+	}
+	if got := n.records(); len(got) != 1 {
+		t.Errorf("records after the failed ADD: %v, want the first pod's only", got)
+	}
+	n.mustAddPod(podSpec{namespace: "nf-router", name: "plain", podwire: conf})
 }

@@ -86,6 +86,7 @@ type Agent struct {
 	log    *slog.Logger
 	md     metadata.Interface
 	pods   *Pods
+	ns     *Namespaces
 	node   *Node
 	events corev1client.EventsGetter
 	m      *metrics
@@ -131,6 +132,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	return &Agent{
 		cfg: cfg, log: log, md: md, events: events, m: newMetrics(cfg.Version),
 		pods:   NewPods(md, cfg.Node, 10*time.Minute),
+		ns:     NewNamespaces(md, 10*time.Minute),
 		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
 		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
 		errs:   map[string]string{},
@@ -169,6 +171,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 	go a.pods.Run(ctx)
+	go a.ns.Run(ctx)
 	go a.node.Run(ctx)
 	if a.cfg.Cluster != nil {
 		go a.cfg.Cluster.Run(ctx)
@@ -418,6 +421,8 @@ func (a *Agent) readyLocked() error {
 		return errors.New("pod informer not synced")
 	case !a.node.Synced():
 		return errors.New("node informer not synced")
+	case !a.ns.Synced():
+		return errors.New("namespace informer not synced")
 	case a.cfg.Cluster != nil && !a.clusterWritten:
 		return errors.New("the cluster's pod CIDRs not written yet")
 	case a.status.Conflist == "":

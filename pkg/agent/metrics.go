@@ -156,7 +156,7 @@ func newMetrics(version string) *metrics {
 }
 
 // ops are the socket ops counted by name; any other is "unknown".
-var ops = []string{agentapi.OpPod, agentapi.OpStatus, agentapi.OpRefusal}
+var ops = []string{agentapi.OpPod, agentapi.OpStatus, agentapi.OpRefusal, agentapi.OpNamespace}
 
 // refusalReasons are the values of podwire_refusals_total's reason: the
 // agent's own and the plugin's.

@@ -58,6 +58,10 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 		a.log.Info("pod annotations asked", "pod", req.Namespace+"/"+req.Name, "uid", req.UID,
 			"source", resp.Source, "code", resp.Code, "error", resp.Error)
 		return resp
+	case agentapi.OpNamespace:
+		resp := a.ns.Labels(ctx, req.Namespace)
+		a.log.Info("namespace labels asked", "namespace", req.Namespace, "source", resp.Source, "code", resp.Code, "error", resp.Error)
+		return resp
 	case agentapi.OpRefusal:
 		gate := a.m.refused(req.Reason)
 		msg := req.Message

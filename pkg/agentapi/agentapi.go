@@ -126,6 +126,9 @@ const (
 	// plugin sends it with Notify: the refusal itself is the ADD's CNI
 	// error and the plugin's log, whether or not an agent hears of it.
 	OpRefusal = "refusal"
+	// OpNamespace asks for a namespace's labels (Namespace), for the gates
+	// that select namespaces by label (Response.Labels).
+	OpNamespace = "namespace"
 )
 
 // Refusal reasons of an OpRefusal: the gate of the plugin that refused
@@ -182,6 +185,8 @@ type Request struct {
 type Response struct {
 	Header
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// Labels are an OpNamespace's answer: the namespace's labels.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Source is "informer" or "get" (for logs and tests).
 	Source string  `json:"source,omitempty"`
 	Code   uint    `json:"code,omitempty"`

@@ -137,6 +137,9 @@ type Forwarding struct {
 	// Namespaces are path.Match globs of the Kubernetes namespaces in which
 	// the forwarding annotations are honoured; empty means nowhere.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// NamespaceSelector admits the namespaces whose labels it selects,
+	// besides those Namespaces names.
+	NamespaceSelector *LabelSelector `json:"namespaceSelector,omitempty"`
 	// RoutablePrefixes bound what podwire.io/routes may ask for.
 	RoutablePrefixes []string `json:"routablePrefixes,omitempty"`
 	// SourcePrefixes bound what podwire.io/allowed-source-prefixes may ask

@@ -132,6 +132,12 @@ var invalidConfigs = []struct {
 	{"vlanTrunk empty item", `"vlanTrunk":"100,,200","allowedVLANs":"1-4094"`, 7, []string{"vlanTrunk"}},
 	{"bad glob", `"forwarding":{"namespaces":["nf-["]}`, 7, []string{"forwarding.namespaces[0]", "nf-["}},
 	{"empty glob", `"forwarding":{"namespaces":[""]}`, 7, []string{"forwarding.namespaces[0]"}},
+	{"selector bad operator", `"forwarding":{"namespaceSelector":{"matchExpressions":[{"key":"team","operator":"in","values":["a"]}]}}`, 7, []string{"forwarding.namespaceSelector.matchExpressions[0].operator", `"in"`}},
+	{"selector In without values", `"vlanGrants":[{"vlans":"100","namespaceSelector":{"matchExpressions":[{"key":"team","operator":"In"}]}}]`, 7, []string{"vlanGrants[0].namespaceSelector.matchExpressions[0].values", "In"}},
+	{"selector Exists with values", `"forwarding":{"namespaceSelector":{"matchExpressions":[{"key":"team","operator":"Exists","values":["a"]}]}}`, 7, []string{"matchExpressions[0].values", "Exists"}},
+	{"selector bad key", `"forwarding":{"namespaceSelector":{"matchLabels":{"Team/x":"a"}}}`, 7, []string{"forwarding.namespaceSelector.matchLabels", "Team/x", "prefix"}},
+	{"selector bad value", `"forwarding":{"namespaceSelector":{"matchLabels":{"team":"a b"}}}`, 7, []string{"forwarding.namespaceSelector.matchLabels.team", "a b"}},
+	{"selector not an object", `"forwarding":{"namespaceSelector":"team=a"}`, types.ErrDecodingFailure, []string{"forwarding.namespaceSelector"}},
 	{"routable prefix is address", `"forwarding":{"routablePrefixes":["198.51.100.1"]}`, 7, []string{"forwarding.routablePrefixes[0]", "198.51.100.1", "CIDR"}},
 	{"routable prefix host bits", `"forwarding":{"routablePrefixes":["198.51.100.1/24"]}`, 7, []string{"forwarding.routablePrefixes[0]", "198.51.100.0/24"}},
 	{"routable prefix garbage", `"forwarding":{"routablePrefixes":["not-a-cidr/8"]}`, 7, []string{"forwarding.routablePrefixes[0]"}},
@@ -174,7 +180,8 @@ func TestParseTenancy(t *testing.T) {
 	}
 	g := c.VLANGrants[0]
 	a := netip.MustParseAddr
-	if !g.Grants(100, "team-a") || g.Grants(100, "team-b") || g.Grants(200, "team-a") || g.Grants(100, "") {
+	ns := func(name string) Namespace { return Namespace{Name: name} }
+	if !g.Grants(100, ns("team-a")) || g.Grants(100, ns("team-b")) || g.Grants(200, ns("team-a")) || g.Grants(100, ns("")) {
 		t.Errorf("grant 0 namespaces/VLANs wrong: %+v", g)
 	}
 	if !g.Permits(a("192.0.2.10")) || g.Permits(a("192.0.2.1")) || g.Permits(a("198.51.100.1")) {

@@ -27,6 +27,9 @@ type VLANGrant struct {
 	// the config's vlan/vlanTrunk). Write exact names where you can: a glob
 	// also admits whoever may create a namespace that matches it.
 	Namespaces []string `json:"namespaces,omitempty"`
+	// NamespaceSelector grants the VLANs to the namespaces whose labels it
+	// selects, besides those Namespaces names.
+	NamespaceSelector *LabelSelector `json:"namespaceSelector,omitempty"`
 	// Subnets are the prefixes podwire.io/vlan-ips may take addresses from,
 	// on the access VLAN (PVID). Empty: no static address may be asked, and
 	// the pod's port is pinned to its MAC only (addresses from DHCP or the
@@ -43,9 +46,10 @@ type VLANGrant struct {
 	ExcludePrefixes []netip.Prefix `json:"-"`
 }
 
-// Grants reports whether g grants its VLAN id to namespace ns.
-func (g *VLANGrant) Grants(id uint16, ns string) bool {
-	return g.IDs.Contains(id) && MatchNamespace(g.Namespaces, ns)
+// Grants reports whether g grants its VLAN id to namespace ns, by name or
+// by labels.
+func (g *VLANGrant) Grants(id uint16, ns Namespace) bool {
+	return g.IDs.Contains(id) && NamespaceAdmitted(g.Namespaces, g.NamespaceSelector, ns)
 }
 
 // Permits reports whether a (a vlan-ips address) lies inside g's subnets and
@@ -147,6 +151,9 @@ func (c *NetConf) validateVLANGrants() error {
 			seen[id] = true
 		}
 		if err := validateNamespaces(key+".namespaces", g.Namespaces); err != nil {
+			return err
+		}
+		if err := c.validateSelector(key+".namespaceSelector", g.NamespaceSelector); err != nil {
 			return err
 		}
 		if g.SubnetPrefixes, err = parsePrefixes(key+".subnets", g.Subnets); err != nil {

@@ -181,6 +181,9 @@ func (c *NetConf) validateForwarding() error {
 	if err := validateNamespaces("forwarding.namespaces", c.Forwarding.Namespaces); err != nil {
 		return err
 	}
+	if err := c.validateSelector("forwarding.namespaceSelector", c.Forwarding.NamespaceSelector); err != nil {
+		return err
+	}
 	for i, s := range c.Forwarding.RoutablePrefixes {
 		p, err := ParsePrefix(s)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/config"
 )
 
 // AgentFetcher asks the node agent (cmd/podwire-agent) for a pod's
@@ -36,4 +37,35 @@ func (f AgentFetcher) PodAnnotations(ctx context.Context, id Identity) (map[stri
 		return nil, types.NewError(resp.Code, msg, resp.Error)
 	}
 	return resp.Annotations, nil
+}
+
+// NamespaceLabels asks the agent for the labels of namespace ns, for the
+// gates that select namespaces by label (config.LabelSelector). Errors as
+// PodAnnotations': 11 when no agent answers in time, the agent's code when
+// the API answered no (no such namespace).
+func (f AgentFetcher) NamespaceLabels(ctx context.Context, ns string) (map[string]string, error) {
+	resp, err := agentapi.Call(ctx, f.Socket, agentapi.Request{Op: agentapi.OpNamespace, Namespace: ns})
+	msg := fmt.Sprintf("failed to read the labels of namespace %q from the podwire agent (a gate selects namespaces by label)", ns)
+	if err != nil {
+		return nil, types.NewError(types.ErrTryAgainLater, msg, err.Error())
+	}
+	if resp.Code != 0 {
+		return nil, types.NewError(resp.Code, msg, resp.Error)
+	}
+	if resp.Labels == nil {
+		return map[string]string{}, nil
+	}
+	return resp.Labels, nil
+}
+
+// NeedsNamespaceLabels reports whether the gates of an ADD of a pod with
+// annotations a under conf read the namespace's labels: conf selects
+// namespaces by label and the pod asks for forwarding or a VLAN, or the
+// config itself puts it on one (its grant decides the port's pinning).
+func NeedsNamespaceLabels(conf *config.NetConf, id Identity, a *Annotations) bool {
+	if id.Namespace == "" || !conf.SelectsNamespaces() {
+		return false
+	}
+	fwd := a != nil && (a.Forwarding || len(a.AllowedSourcePrefixes) > 0 || len(a.Routes) > 0)
+	return fwd || (a != nil && a.WantsVLAN()) || conf.VLAN != 0 || conf.VLANTrunk != ""
 }

@@ -39,7 +39,7 @@ func refusal(reason, key string, value any, gate, format string, args ...any) *R
 
 func admitForwarding(conf *config.NetConf, id Identity, a *Annotations) error {
 	fwd := a.Forwarding || len(a.AllowedSourcePrefixes) > 0 || len(a.Routes) > 0
-	if fwd && !NamespaceAllowed(conf.Forwarding.Namespaces, id.Namespace) {
+	if fwd && !config.NamespaceAdmitted(conf.Forwarding.Namespaces, conf.Forwarding.NamespaceSelector, id.NS()) {
 		key, value := AnnotationForwarding, "true"
 		switch {
 		case a.Forwarding:
@@ -48,7 +48,12 @@ func admitForwarding(conf *config.NetConf, id Identity, a *Annotations) error {
 		default:
 			key, value = AnnotationAllowedPrefixes, joinPrefixes(a.AllowedSourcePrefixes)
 		}
-		return refusal(agentapi.RefusalForwardingNamespace, key, value, "forwarding.namespaces", "namespace %q does not match %q",
+		gate := "forwarding.namespaces"
+		if sel := conf.Forwarding.NamespaceSelector; sel != nil {
+			return refusal(agentapi.RefusalForwardingNamespace, key, value, gate+" and forwarding.namespaceSelector",
+				"namespace %q does not match %q and its labels are not selected by %q", id.Namespace, conf.Forwarding.Namespaces, sel.String())
+		}
+		return refusal(agentapi.RefusalForwardingNamespace, key, value, gate, "namespace %q does not match %q",
 			id.Namespace, conf.Forwarding.Namespaces)
 	}
 	for _, r := range a.Routes {
@@ -64,12 +69,6 @@ func admitForwarding(conf *config.NetConf, id Identity, a *Annotations) error {
 		}
 	}
 	return nil
-}
-
-// NamespaceAllowed reports whether ns matches one of the globs (path.Match
-// syntax). An empty list or an unknown namespace allows nothing.
-func NamespaceAllowed(globs []string, ns string) bool {
-	return config.MatchNamespace(globs, ns)
 }
 
 func joinPrefixes[P fmt.Stringer](ps []P) string {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/podwire/podwire/pkg/config"
 )
 
 // Identity is the Kubernetes pod a CNI invocation is for. Fields are empty
@@ -18,6 +20,14 @@ type Identity struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	UID       string `json:"uid,omitempty"`
+	// NamespaceLabels are the namespace's labels, read from the node agent
+	// only when a gate selects namespaces by label (nil: not read).
+	NamespaceLabels map[string]string `json:"-"`
+}
+
+// NS is the pod's namespace as the gates see it.
+func (id Identity) NS() config.Namespace {
+	return config.Namespace{Name: id.Namespace, Labels: id.NamespaceLabels}
 }
 
 // String is "namespace/name", or "" for an unknown pod.

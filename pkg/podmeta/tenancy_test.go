@@ -102,7 +102,7 @@ func TestPinsVLANAddresses(t *testing.T) {
 		pvid uint16
 		want bool
 	}{{"team-a", 100, true}, {"team-a", 101, false}, {"team-b", 100, false}, {"default", 300, false}, {"team-a", 0, false}} {
-		if got := PinsVLANAddresses(c, tc.ns, tc.pvid); got != tc.want {
+		if got := PinsVLANAddresses(c, config.Namespace{Name: tc.ns}, tc.pvid); got != tc.want {
 			t.Errorf("PinsVLANAddresses(%s, %d) = %v, want %v", tc.ns, tc.pvid, got, tc.want)
 		}
 	}
@@ -152,5 +152,35 @@ func TestCheckClaims(t *testing.T) {
 				t.Errorf("%s: %q does not mention %s", tc.name, err, m)
 			}
 		}
+	}
+}
+
+// TestAdmitVLANByLabels: a vlanGrants entry with a namespaceSelector grants
+// its VLAN, and its subnets, to a namespace by its labels; the same name
+// without the labels (or with labels not read) is refused; the port of a
+// selected namespace's pod is pinned to its addresses.
+func TestAdmitVLANByLabels(t *testing.T) {
+	c, err := config.Parse([]byte(`{"cniVersion":"1.0.0","name":"n","type":"podwire",
+		"vlanGrants":[{"vlans":"100","namespaceSelector":{"matchLabels":{"team":"a"}},"subnets":["192.0.2.0/24"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := map[string]string{"team": "a"}
+	addr := []netip.Prefix{netip.MustParsePrefix("192.0.2.10/24")}
+	if err := Admit(c, Identity{Namespace: "a-1", Name: "p", NamespaceLabels: team}, &Annotations{VLAN: 100, VLANIPs: addr}); err != nil {
+		t.Errorf("selected namespace refused: %v", err)
+	}
+	for _, labels := range []map[string]string{nil, {"team": "b"}} {
+		err := Admit(c, Identity{Namespace: "a-1", Name: "p", NamespaceLabels: labels}, &Annotations{VLAN: 100})
+		if err == nil || !strings.Contains(err.Error(), "vlanGrants") {
+			t.Errorf("labels %v: got %v, want a refusal naming vlanGrants", labels, err)
+		}
+	}
+	if !PinsVLANAddresses(c, config.Namespace{Name: "a-1", Labels: team}, 100) {
+		t.Error("a selected namespace's port is not pinned to its addresses")
+	}
+	if !NeedsNamespaceLabels(c, Identity{Namespace: "a-1"}, &Annotations{VLAN: 100}) ||
+		NeedsNamespaceLabels(c, Identity{Namespace: "a-1"}, &Annotations{}) {
+		t.Error("NeedsNamespaceLabels: want the labels read for a VLAN pod only")
 	}
 }

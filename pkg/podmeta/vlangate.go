@@ -34,7 +34,7 @@ func admitVLAN(conf *config.NetConf, id Identity, a *Annotations) error {
 		if conf.AllowedVLANSet.Contains(v.id) {
 			continue
 		}
-		if VLANGrant(conf, id.Namespace, v.id) == nil {
+		if VLANGrant(conf, id.NS(), v.id) == nil {
 			return refusal(agentapi.RefusalAllowedVLANs, v.key, v.id, "vlanGrants", "VLAN %d is not granted to namespace %q (granted VLANs %s, allowedVLANs %q)",
 				v.id, id.Namespace, conf.GrantedVLANSet, conf.AllowedVLANs)
 		}
@@ -54,9 +54,9 @@ func admitVLAN(conf *config.NetConf, id Identity, a *Annotations) error {
 		return nil
 	}
 	for _, ip := range a.VLANIPs {
-		if !vlanAddrPermitted(conf, id.Namespace, a.VLAN, ip.Addr()) {
+		if !vlanAddrPermitted(conf, id.NS(), a.VLAN, ip.Addr()) {
 			return refusal(agentapi.RefusalVLANSubnets, AnnotationVLANIPs, ip, "vlanGrants", "%s is not inside the subnets granted to namespace %q on VLAN %d (%s)",
-				ip.Addr(), id.Namespace, a.VLAN, grantedSubnets(conf, id.Namespace, a.VLAN))
+				ip.Addr(), id.Namespace, a.VLAN, grantedSubnets(conf, id.NS(), a.VLAN))
 		}
 	}
 	return nil
@@ -64,7 +64,7 @@ func admitVLAN(conf *config.NetConf, id Identity, a *Annotations) error {
 
 // VLANGrant returns the first vlanGrants entry that grants VLAN vid to
 // namespace ns, nil when none does.
-func VLANGrant(conf *config.NetConf, ns string, vid uint16) *config.VLANGrant {
+func VLANGrant(conf *config.NetConf, ns config.Namespace, vid uint16) *config.VLANGrant {
 	for i := range conf.VLANGrants {
 		if conf.VLANGrants[i].Grants(vid, ns) {
 			return &conf.VLANGrants[i]
@@ -79,7 +79,7 @@ func VLANGrant(conf *config.NetConf, ns string, vid uint16) *config.VLANGrant {
 // addresses the pod may send from are those it was given. Otherwise
 // (allowedVLANs, a grant without subnets, no access VLAN) a port without
 // static addresses is pinned to its MAC alone.
-func PinsVLANAddresses(conf *config.NetConf, ns string, pvid uint16) bool {
+func PinsVLANAddresses(conf *config.NetConf, ns config.Namespace, pvid uint16) bool {
 	if pvid == 0 {
 		return false
 	}
@@ -91,7 +91,7 @@ func PinsVLANAddresses(conf *config.NetConf, ns string, pvid uint16) bool {
 	return false
 }
 
-func vlanAddrPermitted(conf *config.NetConf, ns string, vid uint16, a netip.Addr) bool {
+func vlanAddrPermitted(conf *config.NetConf, ns config.Namespace, vid uint16, a netip.Addr) bool {
 	for i := range conf.VLANGrants {
 		if g := &conf.VLANGrants[i]; g.Grants(vid, ns) && g.Permits(a) {
 			return true
@@ -102,7 +102,7 @@ func vlanAddrPermitted(conf *config.NetConf, ns string, vid uint16, a netip.Addr
 
 // grantedSubnets describes the subnets (and exclusions) granted to ns on
 // vid, for a refusal.
-func grantedSubnets(conf *config.NetConf, ns string, vid uint16) string {
+func grantedSubnets(conf *config.NetConf, ns config.Namespace, vid uint16) string {
 	var subnets, exclude []netip.Prefix
 	for i := range conf.VLANGrants {
 		if g := &conf.VLANGrants[i]; g.Grants(vid, ns) {

@@ -131,16 +131,24 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 }
 
 // resolveAnnotations reads the pod's annotations, from the runtime or the
-// node agent, into in.
+// node agent, into in, and the labels of its namespace from the agent when
+// a gate selects namespaces by label.
 func (s *session) resolveAnnotations(in *planInput) error {
 	ctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
 	defer cancel()
-	raw, source, err := podmeta.Resolve(ctx, s.conf.RuntimeConfig.PodAnnotations, s.pod, podmeta.AgentFetcher{Socket: s.conf.AgentSocket})
+	agent := podmeta.AgentFetcher{Socket: s.conf.AgentSocket}
+	raw, source, err := podmeta.Resolve(ctx, s.conf.RuntimeConfig.PodAnnotations, s.pod, agent)
 	if err != nil {
 		return err
 	}
 	if in.ann, err = podmeta.ParseAnnotations(raw); err != nil {
 		return s.refused(agentapi.RefusalBadAnnotation, err)
+	}
+	if podmeta.NeedsNamespaceLabels(s.conf, s.pod, in.ann) {
+		if s.pod.NamespaceLabels, err = agent.NamespaceLabels(ctx, s.pod.Namespace); err != nil {
+			return err
+		}
+		in.pod = s.pod
 	}
 	s.log = s.log.With("annotations", source)
 	in.source = source

@@ -73,7 +73,7 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 // exception to the pinning: it joins v's pinned MAC and addresses here.
 func planPortCheck(in *planInput, v *state.VLANAttachment) {
 	v.PortCheck = !in.ann.Forwarding && in.conf.SourceCheckEnabled()
-	v.PortMACOnly = v.PortCheck && len(v.IPs) == 0 && !podmeta.PinsVLANAddresses(in.conf, in.pod.Namespace, v.PVID)
+	v.PortMACOnly = v.PortCheck && len(v.IPs) == 0 && !podmeta.PinsVLANAddresses(in.conf, in.pod.NS(), v.PVID)
 }
 
 // planVLAN decides the attachment and refuses, before anything changes, a name

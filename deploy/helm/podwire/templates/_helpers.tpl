@@ -25,6 +25,7 @@ capability are always written.
 {{- end -}}
 {{- $fw := dict -}}
 {{- with $c.forwarding.namespaces }}{{ $_ := set $fw "namespaces" . }}{{ end -}}
+{{- if kindIs "map" $c.forwarding.namespaceSelector }}{{ $_ := set $fw "namespaceSelector" $c.forwarding.namespaceSelector }}{{ end -}}
 {{- with $c.forwarding.routablePrefixes }}{{ $_ := set $fw "routablePrefixes" . }}{{ end -}}
 {{- with $c.forwarding.sourcePrefixes }}{{ $_ := set $fw "sourcePrefixes" . }}{{ end -}}
 {{- with $fw }}{{ $_ := set $e "forwarding" . }}{{ end -}}

@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/podwire/podwire/pkg/agentapi"
+)
+
+var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// Namespaces answers the plugin's OpNamespace (a namespace's labels, for
+// the gates that select namespaces by label: forwarding.namespaceSelector,
+// vlanGrants[].namespaceSelector) from a metadata-only informer of the
+// cluster's namespaces, with a metadata GET on a miss (a namespace created
+// since the last event). RBAC: get, list and watch namespaces.
+type Namespaces struct {
+	client   metadata.Interface
+	informer cache.SharedIndexInformer
+}
+
+// NewNamespaces builds the informer; Run starts it.
+func NewNamespaces(client metadata.Interface, resync time.Duration) *Namespaces {
+	inf := metadatainformer.NewFilteredMetadataInformer(client, namespacesResource, metav1.NamespaceAll, resync,
+		cache.Indexers{}, nil)
+	return &Namespaces{client: client, informer: inf.Informer()}
+}
+
+// Run runs the informer until ctx ends.
+func (n *Namespaces) Run(ctx context.Context) { n.informer.Run(ctx.Done()) }
+
+// Synced reports whether the informer has listed the namespaces once.
+func (n *Namespaces) Synced() bool { return n.informer.HasSynced() }
+
+// Labels answers an OpNamespace request: the labels of namespace name.
+// Codes: 7 without a name; 11 when the API cannot answer; 999 when it says
+// no (no such namespace, forbidden).
+func (n *Namespaces) Labels(ctx context.Context, name string) *agentapi.Response {
+	if name == "" {
+		return &agentapi.Response{Code: types.ErrInvalidNetworkConfig, Error: "a namespace (K8S_POD_NAMESPACE) is required"}
+	}
+	if obj, ok, _ := n.informer.GetStore().GetByKey(name); ok {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			return &agentapi.Response{Labels: maps.Clone(m.Labels), Source: "informer"}
+		}
+	}
+	m, err := n.client.Resource(namespacesResource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		code := uint(types.ErrTryAgainLater)
+		if answered(err) {
+			code = types.ErrInternal
+		}
+		if apierrors.IsNotFound(err) {
+			err = fmt.Errorf("no such namespace")
+		}
+		return &agentapi.Response{Code: code, Error: fmt.Sprintf("failed to GET namespace %s: %v", name, err)}
+	}
+	return &agentapi.Response{Labels: maps.Clone(m.Labels), Source: "get"}
+}
