@@ -147,7 +147,8 @@ const release, releaseNS = "podwire", "kube-system"
 // annotation with no exceptCIDRs at all (the cluster's pod CIDRs and node
 // IPs are excepted from what the agents read of the Nodes), and
 // forwarding pods in forwardingNS, which may route routedNet and
-// routedNet6 (TestForwardingAcrossNodes). The runtime
+// routedNet6 (TestForwardingAcrossNodes), and the tenancy gates that
+// TestHostileTenant attempts (tenancyValues). The runtime
 // capability is off: containerd sends no annotations, so every pod's
 // annotations come from the node agent, under the chart's RBAC. /metrics
 // is on, in the chart's default port, and the agent logs JSON.
@@ -157,7 +158,7 @@ func podwireValues(pinned string) (map[string]any, error) {
 	if !ok || i < strings.LastIndex(name, "/") {
 		return nil, fmt.Errorf("image reference %q is not REPOSITORY:TAG@DIGEST", pinned)
 	}
-	return map[string]any{
+	values := map[string]any{
 		"image": map[string]any{"repository": name[:i], "tag": name[i+1:], "digest": digest},
 		"config": map[string]any{
 			"runtimeAnnotations": false,
@@ -170,7 +171,9 @@ func podwireValues(pinned string) (map[string]any, error) {
 		},
 		"metrics": map[string]any{"enabled": true},
 		"log":     map[string]any{"format": "json"},
-	}, nil
+	}
+	tenancyValues(values["config"].(map[string]any))
+	return values, nil
 }
 
 // helm runs `helm VERB release chart -f values` (install or upgrade)

@@ -1,0 +1,247 @@
+package multinode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/k8s/cluster"
+)
+
+// tenant is an ordinary user of the cluster: a ServiceAccount whose Role,
+// bound in each of its namespaces, grants only what a team that runs pods
+// needs (pods: create, get, list, watch, delete; events: get, list). It
+// acts through kubectl with a kubeconfig that holds nothing but the
+// ServiceAccount's token (TokenRequest API): no client certificate, so no
+// group but the ServiceAccount's own.
+type tenant struct {
+	// user is the username the apiserver authenticates the token as.
+	user       string
+	kubeconfig string
+	cacheDir   string
+}
+
+// tenantRole is the Role of the tenant in each of its namespaces.
+const tenantRole = `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: tenant
+  namespace: %[1]s
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [create, get, list, watch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: tenant
+  namespace: %[1]s
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: tenant
+subjects:
+- kind: ServiceAccount
+  name: %[2]s
+  namespace: %[3]s
+`
+
+// newTenant makes, as the admin, the namespaces (the first is the
+// tenant's home, holding its ServiceAccount), the tenant's Role in each,
+// and a token of an hour for the ServiceAccount; it returns the tenant,
+// checked to be authenticated as that ServiceAccount and nothing more. The
+// namespaces are deleted when the test ends.
+func newTenant(t *testing.T, namespaces ...string) *tenant {
+	t.Helper()
+	home, sa := namespaces[0], "tenant"
+	for _, ns := range namespaces {
+		kubectl(t, "", "create", "namespace", ns)
+		t.Cleanup(func() { kubectl(t, "", "delete", "namespace", ns, "--wait=true", "--timeout=120s") })
+	}
+	kubectl(t, "", "create", "serviceaccount", "-n", home, sa)
+	for _, ns := range namespaces {
+		kubectl(t, fmt.Sprintf(tenantRole, ns, sa, home), "apply", "-f", "-")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, ns := range namespaces {
+		// Pods are refused until the namespace's default ServiceAccount
+		// exists (the ServiceAccount admission plugin).
+		if err := c.WaitServiceAccount(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := strings.TrimSpace(kubectl(t, "", "create", "token", "-n", home, sa, "--duration=1h"))
+	ca := strings.TrimSpace(kubectl(t, "", "config", "view", "--raw", "--minify", "-o",
+		"jsonpath={.clusters[0].cluster.certificate-authority-data}"))
+	dir := t.TempDir()
+	tn := &tenant{user: "system:serviceaccount:" + home + ":" + sa,
+		kubeconfig: filepath.Join(dir, "tenant.kubeconfig"), cacheDir: filepath.Join(dir, "cache")}
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: podwire-k8s
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: tenant
+  user:
+    token: %s
+contexts:
+- name: tenant
+  context:
+    cluster: podwire-k8s
+    user: tenant
+    namespace: %s
+current-context: tenant
+`, c.APIServerURL(), ca, token, home)
+	if err := os.WriteFile(tn.kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := tn.kubectl(ctx, "", "auth", "whoami", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who struct {
+		Status struct {
+			UserInfo struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &who); err != nil {
+		t.Fatalf("kubectl auth whoami: %v\n%s", err, out)
+	}
+	if u := who.Status.UserInfo; u.Username != tn.user || strings.Contains(strings.Join(u.Groups, ","), "system:masters") {
+		t.Fatalf("the tenant's kubectl is %q in groups %v, want %s alone", u.Username, u.Groups, tn.user)
+	}
+	return tn
+}
+
+// kubectl runs the cluster's kubectl as the tenant, in the first node's
+// netns as the admin's (cluster.Kubectl), with stdin; it returns stdout,
+// and an error carrying stderr.
+func (tn *tenant) kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", filepath.Join(os.Getenv("PODWIRE_K8S_BIN"), "kubectl"),
+		"--kubeconfig=" + tn.kubeconfig, "--cache-dir=" + tn.cacheDir}, args...)
+	cmd := exec.CommandContext(ctx, "nsenter", argv...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl (as %s) %s: %v: %s", tn.user, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// must is kubectl bounded by 2 minutes, failing t on an error.
+func (tn *tenant) must(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := tn.kubectl(ctx, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// forbidden runs kubectl as the tenant and fails t unless the apiserver
+// refused it as Forbidden (RBAC).
+func (tn *tenant) forbidden(t *testing.T, what string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := tn.kubectl(ctx, "", args...)
+	if err == nil || !strings.Contains(err.Error(), "Forbidden") && !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("the tenant could %s, want Forbidden: %v\n%s", what, err, out)
+	}
+	t.Logf("the tenant may not %s: %s", what, firstLine(err.Error()))
+}
+
+// createPod creates, as the tenant, the pod namespace/name on node n
+// (spec.nodeName, as a team pinning a pod may) with annotations, running
+// the pause image; it returns the pod's UID without waiting for it.
+func (tn *tenant) createPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) string {
+	t.Helper()
+	manifest, err := json.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": namespace, "annotations": annotations},
+		"spec": map[string]any{
+			"nodeName": n.Name, "automountServiceAccountToken": false, "terminationGracePeriodSeconds": 1,
+			"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.must(t, string(manifest), "create", "-f", "-")
+	return strings.TrimSpace(tn.must(t, "", "get", "pod", "-n", namespace, name, "-o", "jsonpath={.metadata.uid}"))
+}
+
+// deletePod deletes, as the tenant, the pod namespace/name and waits
+// until it is gone from the API.
+func (tn *tenant) deletePod(t *testing.T, namespace, name string) {
+	t.Helper()
+	tn.must(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+}
+
+// refusedEvent waits up to a minute for the PodwireRefused Event of the
+// pod namespace/name with uid, read as the tenant, and returns its
+// message.
+func (tn *tenant) refusedEvent(t *testing.T, namespace, name, uid string) string {
+	t.Helper()
+	path := "/api/v1/namespaces/" + namespace + "/events?fieldSelector=" +
+		"involvedObject.name%3D" + name + "%2Creason%3DPodwireRefused"
+	var msg string
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for msg == "" {
+		out, err := tn.kubectl(ctx, "", "get", "--raw", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Items []struct {
+				InvolvedObject struct{ Kind, UID string } `json:"involvedObject"`
+				Message        string                     `json:"message"`
+				Source         struct{ Component string } `json:"source"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("events of %s/%s: %v\n%s", namespace, name, err, out)
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.UID == uid && e.Source.Component == "podwire-agent" {
+				msg = e.Message
+			}
+		}
+		if msg != "" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			desc, _ := c.Kubectl(context.Background(), "", "describe", "pod", "-n", namespace, name)
+			t.Fatalf("no PodwireRefused Event on %s/%s within a minute:\n%s", namespace, name, desc)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return msg
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
