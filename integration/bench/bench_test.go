@@ -219,25 +219,32 @@ func newPod(a *arm, seq int) (*pod, error) {
 	return &pod{ns: podNS, arm: a, rt: args.RuntimeConf(podNS.Path())}, nil
 }
 
-// add runs ADD through the pod's chain in the node netns (DEL after a
-// failed ADD, as a runtime does); del runs DEL (with libcni's cached
-// prevResult).
-func (n *node) add(p *pod) (cost, error) {
-	return timed(unix.RUSAGE_CHILDREN, func() (err error) { p.res, _, err = n.Attach(p.arm.list, p.rt); return err })
+// attach makes a pod of arm a and runs ADD through its chain in the node
+// netns (libcni's DEL after a failed ADD, as a runtime does; then the pod's
+// netns removed).
+func (n *node) attach(a *arm, seq int) (*pod, cost, error) {
+	p, err := newPod(a, seq)
+	if err != nil {
+		return nil, cost{}, err
+	}
+	c, err := timed(unix.RUSAGE_CHILDREN, func() (err error) { p.res, _, err = n.Attach(a.list, p.rt); return err })
+	if err != nil {
+		testns.Release(p.ns)
+		return nil, c, err
+	}
+	return p, c, nil
 }
 
+// del runs DEL through the pod's chain (with libcni's cached prevResult).
 func (n *node) del(p *pod) (cost, error) {
 	return timed(unix.RUSAGE_CHILDREN, func() error { return n.Del(p.arm.list, p.rt) })
 }
 
 // addDel makes a pod of arm a, times its ADD and DEL and removes its netns.
 func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
-	p, err := newPod(a, seq)
-	if err != nil {
-		return add, del, err
-	}
-	defer testns.Release(p.ns)
-	if add, err = n.add(p); err == nil {
+	p, add, err := n.attach(a, seq)
+	if err == nil {
+		defer testns.Release(p.ns)
 		del, err = n.del(p)
 	}
 	if err != nil {
@@ -246,18 +253,15 @@ func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
 	return add, del, err
 }
 
-// keep makes a pod through arm a and keeps it (an existing pod).
-func (n *node) keep(a *arm, seq int) (*pod, error) {
-	p, err := newPod(a, seq)
+// keep makes a pod through arm a and keeps it (an existing pod); b fails
+// when it cannot.
+func (n *node) keep(b *testing.B, a *arm, seq int) *pod {
+	p, _, err := n.attach(a, seq)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := n.add(p); err != nil {
-		testns.Release(p.ns)
-		return nil, err
+		b.Fatalf("pod %d of arm %s on %s: %v", seq, a.key, n.name, err)
 	}
 	n.pods = append(n.pods, p)
-	return p, nil
+	return p
 }
 
 // execPlugin runs bin for verb on pod p in the node netns as a runtime runs
@@ -338,18 +342,22 @@ func (s samples) report(b *testing.B) {
 	}
 }
 
-// rounds runs round once unmeasured, then once per b.Loop iteration,
-// telling it the round number (for the rotation) and whether it counts.
-func rounds(b *testing.B, round func(r int, s samples) error) {
-	s := samples{}
-	if err := round(-1, samples{}); err != nil {
-		b.Fatal(err)
-	}
-	for r := 0; b.Loop(); r++ {
-		check(b)
-		if err := round(r, s); err != nil {
-			b.Fatal(err)
+// rounds runs a round once unmeasured (r = -1), then once per b.Loop
+// iteration (r = 0, 1, ...). A round calls arm(r, i, s) for every i < n,
+// the first i rotated by r; s takes the figures of the measured rounds.
+func rounds(b *testing.B, n int, arm func(r, i int, s samples) error) {
+	round := func(r int, s samples) {
+		for k := range n {
+			check(b)
+			if err := arm(r, ((k+r)%n+n)%n, s); err != nil {
+				b.Fatal(err)
+			}
 		}
+	}
+	round(-1, samples{})
+	s := samples{}
+	for r := 0; b.Loop(); r++ {
+		round(r, s)
 	}
 	s.report(b)
 }

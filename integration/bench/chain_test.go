@@ -2,8 +2,10 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/libcni"
@@ -30,15 +32,16 @@ type arm struct {
 // delegate), I H + podwire (checked at the bridge).
 var armKeys = []string{"A", "B", "C", "D", "E", "F", "G", "H", "I"}
 
+// tuningEntry is arm C's entry, which BenchmarkDirect also runs directly.
+var tuningEntry = map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}
+
 // podwireEntry is podwire's entry on node n: source check, forwarding
 // allowed in nf-*, the Azure probe SNAT and egress IPs on the uplink.
 func podwireEntry(n *node, extra map[string]any) map[string]any {
 	e := map[string]any{"sourceCheck": true, "forwarding": map[string]any{"namespaces": []string{"nf-*"}},
 		"probeSNAT": map[string]any{"preset": "azure"},
 		"egress":    map[string]any{"ips": []string{egressV4, egressV6}, "exceptCIDRs": []string{"10.0.0.0/8", "fd00::/8"}}}
-	for k, v := range extra {
-		e[k] = v
-	}
+	maps.Copy(e, extra)
 	return cnitest.PodwireEntry(n.stateDir, filepath.Join(n.dir, "podwire.log"), e)
 }
 
@@ -52,7 +55,7 @@ func newArm(b *testing.B, key string, n *node, subnet int, name string) *arm {
 	case "B":
 		plugins = append(plugins, map[string]any{"type": "passthrough"})
 	case "C":
-		plugins = append(plugins, map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}})
+		plugins = append(plugins, tuningEntry)
 	case "D":
 		a.portmap = true
 		plugins = append(plugins, map[string]any{"type": "portmap", "backend": "nftables", "capabilities": map[string]bool{"portMappings": true}})
@@ -102,40 +105,32 @@ func BenchmarkChain(b *testing.B) {
 			arms = append(arms, newArm(b, k, newNode(b, "chain-"+k), 100+i, "bench-"+k))
 		}
 	}
-	rounds(b, func(r int, s samples) error {
-		for _, a := range rotate(arms, r) {
-			add, del, err := a.n.addDel(a, r+1)
-			if err != nil {
-				return err
-			}
-			s.put(a.key+"-add", add)
-			s.put(a.key+"-del", del)
-		}
-		return nil
+	rounds(b, len(arms), func(r, i int, s samples) error {
+		add, del, err := arms[i].n.addDel(arms[i], r+1)
+		s.put(arms[i].key+"-add", add)
+		s.put(arms[i].key+"-del", del)
+		return err
 	})
 }
 
 // alone runs podwire (or bin) directly on a pod that arm a's chain made
-// (untimed), ADD then DEL, with the pod's result as prevResult.
-func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap func(verb string) []string) (add, del cost, err error) {
-	p, err := newPod(a, seq)
+// (untimed), ADD then DEL, with the pod's result as prevResult, under the
+// command line wrap (%v the verb) when it is not "".
+func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap string) (add, del cost, err error) {
+	p, _, err := n.attach(a, seq)
 	if err != nil {
 		return add, del, err
 	}
 	defer testns.Release(p.ns)
-	if _, err := n.add(p); err != nil {
-		return add, del, err
-	}
-	if add, err = n.execPlugin(bin, "ADD", p, entry, wrap("ADD")); err == nil {
-		del, err = n.execPlugin(bin, "DEL", p, entry, wrap("DEL"))
+	argv := func(verb string) []string { return strings.Fields(strings.ReplaceAll(wrap, "%v", verb)) }
+	if add, err = n.execPlugin(bin, "ADD", p, entry, argv("ADD")); err == nil {
+		del, err = n.execPlugin(bin, "DEL", p, entry, argv("DEL"))
 	}
 	if _, derr := n.del(p); err == nil {
 		err = derr
 	}
 	return add, del, err
 }
-
-func noWrap(string) []string { return nil }
 
 // BenchmarkDirect runs podwire, passthrough, tuning (and BENCH_COMPARE, a
 // second podwire binary) directly, on pods made by ptp: the process's wall
@@ -149,20 +144,16 @@ func BenchmarkDirect(b *testing.B) {
 	}
 	plugins := []plugin{{"podwire", cnitest.PodwireBin(), podwireEntry(n, nil)},
 		{"passthrough", filepath.Join(benchBin(), "passthrough"), map[string]any{"type": "passthrough"}},
-		{"tuning", filepath.Join(cnitest.CNIBinDir(), "tuning"), map[string]any{"type": "tuning", "sysctl": map[string]string{"net.core.somaxconn": "1024"}}}}
+		{"tuning", filepath.Join(cnitest.CNIBinDir(), "tuning"), tuningEntry}}
 	if c := env("BENCH_COMPARE", ""); c != "" {
 		plugins = append(plugins, plugin{"compare", c, podwireEntry(n, nil)})
 	}
-	rounds(b, func(r int, s samples) error {
-		for _, p := range rotate(plugins, r) {
-			add, del, err := n.alone(p.bin, a, r+1, p.entry, noWrap)
-			if err != nil {
-				return err
-			}
-			s.put(p.name+"-add", add)
-			s.put(p.name+"-del", del)
-		}
-		return nil
+	rounds(b, len(plugins), func(r, i int, s samples) error {
+		p := plugins[i]
+		add, del, err := n.alone(p.bin, a, r+1, p.entry, "")
+		s.put(p.name+"-add", add)
+		s.put(p.name+"-del", del)
+		return err
 	})
 }
 
@@ -172,20 +163,16 @@ func BenchmarkDirect(b *testing.B) {
 func BenchmarkStartup(b *testing.B) {
 	cmds := []struct{ name, bin, arg string }{{"podwire", cnitest.PodwireBin(), ""},
 		{"passthrough", filepath.Join(benchBin(), "passthrough"), ""}, {"cli", cnitest.PodwireBin(), "version"}}
-	rounds(b, func(r int, s samples) error {
-		for _, c := range rotate(cmds, r) {
-			cmd := exec.Command(c.bin)
-			if c.arg != "" {
-				cmd.Args = append(cmd.Args, c.arg)
-			} else {
-				cmd.Env = []string{"CNI_COMMAND=VERSION"}
-			}
-			v, err := run(cmd, []byte(`{"cniVersion":"1.1.0"}`))
-			if err != nil {
-				return err
-			}
-			s.put(c.name, v)
+	rounds(b, len(cmds), func(r, i int, s samples) error {
+		c := cmds[i]
+		cmd := exec.Command(c.bin)
+		if c.arg != "" {
+			cmd.Args = append(cmd.Args, c.arg)
+		} else {
+			cmd.Env = []string{"CNI_COMMAND=VERSION"}
 		}
-		return nil
+		v, err := run(cmd, []byte(`{"cniVersion":"1.1.0"}`))
+		s.put(c.name, v)
+		return err
 	})
 }

@@ -41,7 +41,7 @@ func BenchmarkGrace(b *testing.B) {
 	if err := conn.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	rounds(b, func(r int, s samples) error {
+	rounds(b, 1, func(r, _ int, s samples) error {
 		el := []nftables.SetElement{{Key: []byte{10, 244, byte(r >> 8), byte(r)}}}
 		add, err := timed(unix.RUSAGE_THREAD, func() error {
 			_ = conn.SetAddElements(set, el)
@@ -58,13 +58,6 @@ func BenchmarkGrace(b *testing.B) {
 		s.put("del", del)
 		return err
 	})
-}
-
-// closeConn closes nft.Dial's socket, as the end of a plugin process does.
-func closeConn(c nft.Conn) {
-	if l, ok := c.(interface{ CloseLasting() error }); ok {
-		_ = l.CloseLasting()
-	}
 }
 
 // BenchmarkRequests times what an ordinary pod's ADD and DEL ask of the
@@ -86,13 +79,19 @@ func BenchmarkRequests(b *testing.B) {
 	}
 	tables := ruleset.Tables(conf, nodetables.Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0"},
 		Egress4: netip.MustParseAddr(egressV4), Egress6: netip.MustParseAddr(egressV6)})
-	dial := func() (nft.Conn, error) { return nft.Dial(nftables.WithNetNSFd(int(g.Fd()))) }
+	// withConn runs f on a socket of its own (nft.Dial), closed after f as
+	// at the end of a plugin process: a DEL's grace period is paid there.
+	withConn := func(f func(c nft.Conn) error) error {
+		c, err := nft.Dial(nftables.WithNetNSFd(int(g.Fd())))
+		if err != nil {
+			return err
+		}
+		defer c.(interface{ CloseLasting() error }).CloseLasting()
+		return f(c)
+	}
 	noLock := func() (func(), error) { return func() {}, nil }
 	none := func() (nft.Elements, error) { return nil, nil }
-	c, err := dial()
-	if err == nil {
-		_, err = nft.Ensure(c, tables, ruleset.Known(), noLock, none)
-	}
+	err = withConn(func(c nft.Conn) error { _, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none); return err })
 	if err != nil {
 		b.Fatalf("laying down the tables: %v", err)
 	}
@@ -100,43 +99,37 @@ func BenchmarkRequests(b *testing.B) {
 	// As in the plugin: one P, so that the goroutines mdlayher/socket
 	// starts per send and receive run on the thread that started them.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	rounds(b, func(r int, s samples) error {
+	rounds(b, 1, func(r, _ int, s samples) error {
 		rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d", r+1), IfName: "eth0", PodNamespace: "bench",
 			PodName: fmt.Sprintf("pod-%d", r+1), HostIfName: fmt.Sprintf("veth%08x", r+1),
 			Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, 9, byte(r + 1)}), netip.MustParseAddr("fd00:244:9::5")},
 			SourceCheck: true, Egress: true, Complete: true}
 		elems := ruleset.Elements(conf, rec)
 		add, err := timed(unix.RUSAGE_SELF, func() error {
-			c, err := dial()
-			if err != nil {
+			return withConn(func(c nft.Conn) error {
+				rep, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none)
+				if err == nil && rep.Changed() {
+					err = fmt.Errorf("the tables drifted: %v", rep.Drift)
+				}
+				if err == nil {
+					err = nft.AddElements(c, tables, elems)
+				}
+				if err == nil {
+					err = store.Put(rec)
+				}
 				return err
-			}
-			defer closeConn(c)
-			rep, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none)
-			if err == nil && rep.Changed() {
-				err = fmt.Errorf("the tables drifted: %v", rep.Drift)
-			}
-			if err == nil {
-				err = nft.AddElements(c, tables, elems)
-			}
-			if err == nil {
-				err = store.Put(rec)
-			}
-			return err
+			})
 		})
 		if err != nil {
 			return fmt.Errorf("requests ADD: %w", err)
 		}
 		del, err := timed(unix.RUSAGE_SELF, func() error {
-			dc, err := dial()
-			if err != nil {
-				return err
-			}
-			defer closeConn(dc) // the grace period is paid here, as at a plugin's exit
-			if err := nft.DeleteElements(dc, elems); err != nil {
-				return err
-			}
-			return store.Delete(rec.ContainerID, rec.IfName)
+			return withConn(func(c nft.Conn) error {
+				if err := nft.DeleteElements(c, elems); err != nil {
+					return err
+				}
+				return store.Delete(rec.ContainerID, rec.IfName)
+			})
 		})
 		s.put("add", add)
 		s.put("del", del)

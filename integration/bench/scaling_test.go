@@ -1,12 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"text/template"
@@ -44,9 +44,7 @@ func levelNode(b *testing.B, i, pods int) *level {
 	t0 := time.Now()
 	for j := 0; j < pods; j++ {
 		check(b)
-		if _, err := n.keep(l.e, j); err != nil {
-			b.Fatalf("existing pod %d on %s: %v", j, n.name, err)
-		}
+		n.keep(b, l.e, j)
 	}
 	b.Logf("%s: %d existing pods in %s", n.name, pods, time.Since(t0).Round(time.Second))
 	levelCache[pods] = l
@@ -89,36 +87,33 @@ func BenchmarkScaling(b *testing.B) {
 // podwire run directly runs under wrapTmpl in the unmeasured round.
 func compare(b *testing.B, nodes []*level, wrapTmpl string, ops ...string) {
 	seq := 100000
-	rounds(b, func(r int, s samples) error {
-		for _, l := range rotate(nodes, r) {
-			for _, op := range rotate(ops, r) {
-				seq++
-				wrap := noWrap
-				if r < 0 { // profile the unmeasured round only
-					wrap = func(verb string) []string {
-						return strings.Fields(strings.NewReplacer("%d", l.name, "%v", verb, "%o", op).Replace(wrapTmpl))
-					}
-				}
-				var add, del cost
-				var err error
-				if op == "first" || op == "alonefirst" {
-					err = l.n.deleteTables()
-				}
-				switch {
-				case err != nil:
-				case op == "A":
-					add, del, err = l.n.addDel(l.a, seq)
-				case op == "E" || op == "first":
-					add, del, err = l.n.addDel(l.e, seq)
-				default:
-					add, del, err = l.n.alone(cnitest.PodwireBin(), l.a, seq, podwireEntry(l.n, nil), wrap)
-				}
-				if err != nil {
-					return err
-				}
-				s.put(op+"@"+l.name+"-add", add)
-				s.put(op+"@"+l.name+"-del", del)
+	rounds(b, len(nodes), func(r, i int, s samples) error {
+		l := nodes[i]
+		for _, op := range rotate(ops, r) {
+			seq++
+			wrap := ""
+			if r < 0 { // profile the unmeasured round only
+				wrap = strings.NewReplacer("%d", l.name, "%o", op).Replace(wrapTmpl)
 			}
+			var add, del cost
+			var err error
+			if op == "first" || op == "alonefirst" {
+				err = l.n.deleteTables()
+			}
+			switch {
+			case err != nil:
+			case op == "A":
+				add, del, err = l.n.addDel(l.a, seq)
+			case op == "E" || op == "first":
+				add, del, err = l.n.addDel(l.e, seq)
+			default:
+				add, del, err = l.n.alone(cnitest.PodwireBin(), l.a, seq, podwireEntry(l.n, nil), wrap)
+			}
+			if err != nil {
+				return err
+			}
+			s.put(op+"@"+l.name+"-add", add)
+			s.put(op+"@"+l.name+"-del", del)
 		}
 		return nil
 	})
@@ -160,18 +155,13 @@ func BenchmarkForeign(b *testing.B) {
 			return fmt.Sprintf("endpoint-%08X-ns%d/svc%d/tcp/http__%s/8080", uint32(i*8+e)*2246822519, i%50, i, ip(200, i*f.Endpoints+e))
 		},
 	}).Parse(kubeProxyTmpl))
-	path := filepath.Join(workDir, "kube-proxy.nft")
-	out, err := os.Create(path)
-	if err == nil {
-		err = t.Execute(out, f)
-		out.Close()
-	}
-	if err != nil {
+	var rules bytes.Buffer
+	if err := t.Execute(&rules, f); err != nil {
 		b.Fatal(err)
 	}
 	var load cost
-	err = sides[1].n.NS.Do(func(ns.NetNS) error {
-		load, err = run(exec.Command("nft", "-f", path), nil)
+	err := sides[1].n.NS.Do(func(ns.NetNS) (err error) {
+		load, err = run(exec.Command("nft", "-f", "-"), rules.Bytes())
 		return err
 	})
 	if err != nil {
