@@ -148,14 +148,8 @@ func TestAddEntry(t *testing.T) {
 				entry = []byte(tc.entry)
 			}
 			out, changed, err := AddEntry([]byte(tc.in), entry)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("%s: want error containing %q, got %v", tc.name, tc.wantErr, err)
-				}
+			if !errorAsWanted(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
 			}
 			if changed != tc.wantChanged {
 				t.Fatalf("%s: changed = %v, want %v", tc.name, changed, tc.wantChanged)
@@ -220,14 +214,11 @@ func TestRemoveEntry(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, changed, err := RemoveEntry([]byte(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("%s: want error containing %q, got %v", tc.name, tc.wantErr, err)
-				}
+			if !errorAsWanted(t, err, tc.wantErr) {
 				return
 			}
-			if err != nil || changed != tc.wantChanged {
-				t.Fatalf("%s: changed=%v err=%v", tc.name, changed, err)
+			if changed != tc.wantChanged {
+				t.Fatalf("%s: changed = %v, want %v", tc.name, changed, tc.wantChanged)
 			}
 			var types []string
 			for _, p := range plugins(t, out) {
@@ -256,14 +247,8 @@ func TestConvertConf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := ConvertConf([]byte(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("%s: want error containing %q, got %v", tc.name, tc.wantErr, err)
-				}
+			if !errorAsWanted(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
 			}
 			if !jsonEqual(out, []byte(tc.want)) {
 				t.Errorf("%s: got\n%s\nwant\n%s", tc.name, out, tc.want)
@@ -278,4 +263,17 @@ func TestSingleConfErrorType(t *testing.T) {
 	if !errors.As(err, &sc) || sc.Type != "macvlan" {
 		t.Fatalf("want *SingleConfError for macvlan, got %v", err)
 	}
+}
+
+// errorAsWanted fails t unless err contains want ("": no error wanted) and
+// reports whether the case goes on (no error was wanted).
+func errorAsWanted(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" && err != nil {
+		t.Fatal(err)
+	}
+	if want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+		t.Fatalf("want an error containing %q, got %v", want, err)
+	}
+	return want == ""
 }
