@@ -7,9 +7,22 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
+	"github.com/podwire/podwire/integration/packets"
 	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
 )
+
+// newSink is a packets.Sink on port in the netns at nsPath, closed when t
+// ends.
+func newSink(t testing.TB, nsPath string, port int) *packets.Sink {
+	t.Helper()
+	s, err := packets.NewSink(nsPath, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
 
 // backend is a netns behind the node (a server on another network), joined
 // to the node by a veth: node side "srv0" 192.0.2.1/24 and 2001:db8:5::1/64,

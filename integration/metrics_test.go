@@ -124,11 +124,7 @@ func TestAgentMetrics(t *testing.T) {
 
 	be := n.newBackend()
 	const port = 7100
-	sink, err := packets.NewSink(be.ns.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
+	sink := newSink(t, be.ns.Path(), port)
 	dst := netip.AddrPortFrom(be.v4, port)
 	honest := n.mustAddPod(podSpec{version: "0.3.1", list: list, namespace: "shop", name: "honest"})
 	forger := n.mustAddPod(podSpec{version: "0.3.1", list: list, namespace: "shop", name: "forger"})
@@ -449,11 +445,7 @@ func TestStatusDropsBridged(t *testing.T) {
 	setBrNetfilter(t, n, "0")
 	be := n.newBackend()
 	const port = 7101
-	sink, err := packets.NewSink(be.ns.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
+	sink := newSink(t, be.ns.Path(), port)
 	dst := netip.AddrPortFrom(be.v4, port)
 	honest := n.mustAddPod(podSpec{namespace: "shop", name: "honest"})
 	forger := n.mustAddPod(podSpec{namespace: "shop", name: "forger"})

@@ -86,11 +86,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 	setBrNetfilter(t, n, brnf)
 	be := n.newBackend()
 	const port = 9911
-	out, err := packets.NewSink(be.ns.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := newSink(t, be.ns.Path(), port)
 
 	a := n.mustAddPod(podSpec{version: version, name: "a"})
 	b := n.mustAddPod(podSpec{version: version, name: "b"})
@@ -104,11 +100,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 			t.Fatalf("result cniVersion %q, want %q", p.Version, version)
 		}
 	}
-	in, err := packets.NewSink(b.NS.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
+	in := newSink(t, b.NS.Path(), port)
 	frames := captureFrames(t, b.NS)
 
 	type send struct {
@@ -194,11 +186,7 @@ func TestBridgedCheckDriftRepaired(t *testing.T) {
 	n.Base.PrimaryEntry = bridgePrimary(n)
 	be := n.newBackend()
 	const port = 9912
-	sink, err := packets.NewSink(be.ns.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
+	sink := newSink(t, be.ns.Path(), port)
 	a := n.mustAddPod(podSpec{version: "1.0.0", name: "a"})
 	conflist := n.writeConflist("1.0.0", nil)
 	repair := func() {
@@ -287,11 +275,7 @@ func TestBridgedPodsDelAndGC(t *testing.T) {
 	n.Base.PrimaryEntry = bridgePrimary(n)
 	be := n.newBackend()
 	const port = 9913
-	sink, err := packets.NewSink(be.ns.Path(), port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close()
+	sink := newSink(t, be.ns.Path(), port)
 	a := n.mustAddPod(podSpec{version: "1.1.0", name: "a"})
 	b := n.mustAddPod(podSpec{version: "1.1.0", name: "b"})
 	checked := func() []string {
