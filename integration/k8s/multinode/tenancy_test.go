@@ -168,9 +168,10 @@ func TestHostileTenant(t *testing.T) {
 // refusedPod creates, as tn, the pod namespace/name on node n with
 // annotations, and checks that podwire refused it at a gate: its
 // PodwireRefused Event, read by tn, says every string of want (the
-// refusal's reason, the annotation, the config key, the values); while the
-// runtime retries it, the pod has no attachment record and the node no VLAN
-// bridge. Then tn deletes the pod, and the node must hold nothing of it: no
+// refusal's reason, the annotation, the config key, the values), and the
+// kubelet's FailedCreatePodSandBox Events carry that refusal as the
+// runtime's CNI error; while the runtime retries it, the pod has no attachment record
+// and the node no VLAN bridge. Then tn deletes the pod, and the node must hold nothing of it: no
 // record, no host veth made since, no element of podwire's tables naming
 // it. It returns the Event's message.
 func refusedPod(t *testing.T, tn *tenant, namespace, name string, n *cluster.Node, annotations map[string]string, want ...string) string {
@@ -178,10 +179,21 @@ func refusedPod(t *testing.T, tn *tenant, namespace, name string, n *cluster.Nod
 	before := hostVeths(t, n)
 	uid := tn.createPod(t, namespace, name, n, annotations)
 	t.Cleanup(func() { tn.deletePod(t, namespace, name) })
-	msg := tn.refusedEvent(t, namespace, name, uid)
+	msg, sandbox := tn.refusedEvents(t, namespace, name, uid)
 	for _, w := range want {
 		if !strings.Contains(msg, w) {
 			t.Errorf("the PodwireRefused Event of %s/%s does not say %q: %s", namespace, name, w, msg)
+		}
+	}
+	// The runtime's error is the gate's refusal: the ADD stopped there,
+	// before it wired anything (with the gate off, the VLAN cases fail
+	// later on this kernel: "failed to create bridge").
+	// The refusal proper: "annotation KEY "VALUE" refused by GATE: ..."
+	// (the agent's message may wrap it).
+	refusal := msg[max(strings.Index(msg, "annotation "), 0):]
+	for _, e := range sandbox {
+		if !strings.Contains(e, refusal) {
+			t.Errorf("the runtime's error for %s/%s is not the gate's refusal %q: %s", namespace, name, refusal, e)
 		}
 	}
 	if recs := recordsOf(t, n, uid); len(recs) > 0 {

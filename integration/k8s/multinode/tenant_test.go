@@ -198,47 +198,68 @@ func (tn *tenant) deletePod(t *testing.T, namespace, name string) {
 	tn.must(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 }
 
-// refusedEvent waits up to a minute for the PodwireRefused Event of the
-// pod namespace/name with uid, read as the tenant, and returns its
-// message.
-func (tn *tenant) refusedEvent(t *testing.T, namespace, name, uid string) string {
+// event is what the tests read of a core/v1 Event.
+type event struct {
+	InvolvedObject struct{ Kind, UID string } `json:"involvedObject"`
+	Reason         string                     `json:"reason"`
+	Message        string                     `json:"message"`
+	Source         struct{ Component string } `json:"source"`
+}
+
+// podEvents lists, as the tenant, the Events of the pod namespace/name
+// with uid.
+func (tn *tenant) podEvents(ctx context.Context, namespace, name, uid string) ([]event, error) {
+	out, err := tn.kubectl(ctx, "", "get", "--raw",
+		"/api/v1/namespaces/"+namespace+"/events?fieldSelector=involvedObject.name%3D"+name)
+	if err != nil {
+		return nil, err
+	}
+	var list struct{ Items []event }
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		return nil, fmt.Errorf("events of %s/%s: %v\n%s", namespace, name, err, out)
+	}
+	var evs []event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.UID == uid {
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+// refusedEvents waits up to a minute, reading as the tenant, for the
+// PodwireRefused Event of the podwire agent on the pod namespace/name with
+// uid and for the kubelet's FailedCreatePodSandBox Events (the runtime's CNI
+// errors, one per sandbox tried), and returns the former's message and the
+// latter's.
+func (tn *tenant) refusedEvents(t *testing.T, namespace, name, uid string) (refused string, sandbox []string) {
 	t.Helper()
-	path := "/api/v1/namespaces/" + namespace + "/events?fieldSelector=" +
-		"involvedObject.name%3D" + name + "%2Creason%3DPodwireRefused"
-	var msg string
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for msg == "" {
-		out, err := tn.kubectl(ctx, "", "get", "--raw", path)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		evs, err := tn.podEvents(ctx, namespace, name, uid)
+		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var list struct {
-			Items []struct {
-				InvolvedObject struct{ Kind, UID string } `json:"involvedObject"`
-				Message        string                     `json:"message"`
-				Source         struct{ Component string } `json:"source"`
-			} `json:"items"`
-		}
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			t.Fatalf("events of %s/%s: %v\n%s", namespace, name, err, out)
-		}
-		for _, e := range list.Items {
-			if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.UID == uid && e.Source.Component == "podwire-agent" {
-				msg = e.Message
+		refused, sandbox = "", nil
+		for _, e := range evs {
+			switch {
+			case e.Reason == "PodwireRefused" && e.Source.Component == "podwire-agent":
+				refused = e.Message
+			case e.Reason == "FailedCreatePodSandBox" && e.Source.Component == "kubelet":
+				sandbox = append(sandbox, e.Message)
 			}
 		}
-		if msg != "" {
-			break
+		if refused != "" && len(sandbox) > 0 {
+			return refused, sandbox
 		}
-		select {
-		case <-ctx.Done():
+		if time.Now().After(deadline) {
 			desc, _ := c.Kubectl(context.Background(), "", "describe", "pod", "-n", namespace, name)
-			t.Fatalf("no PodwireRefused Event on %s/%s within a minute:\n%s", namespace, name, desc)
-		case <-time.After(500 * time.Millisecond):
+			t.Fatalf("no PodwireRefused Event (and the kubelet's FailedCreatePodSandBox) on %s/%s within a minute:\n%s", namespace, name, desc)
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return msg
 }
 
 func firstLine(s string) string {
