@@ -7,38 +7,40 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 )
 
-// podSysctls are the sysctls of a forwarding pod's netns: forwarding on for
-// both families, rp_filter off for all, default and each interface (the
-// kernel applies max(all, iface), and default covers interfaces added later).
-func podSysctls() (map[string]string, error) {
-	want := map[string]string{
-		KeyIPv4Forward:         "1",
-		KeyIPv6Forward:         "1",
-		RPFilterKey("all"):     "0",
-		RPFilterKey("default"): "0",
-	}
-	links, err := netlinksafe.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("failed to list pod interfaces: %w", err)
-	}
-	for _, l := range links {
-		want[RPFilterKey(l.Attrs().Name)] = "0"
-	}
-	return want, nil
+// eachPodSysctl calls f, inside the pod netns at netnsPath, with each
+// sysctl of a forwarding pod and its value: forwarding on for both
+// families, rp_filter off for all, default and each interface (the kernel
+// applies max(all, iface), and default covers interfaces added later).
+func eachPodSysctl(netnsPath string, f func(key, want string) error) error {
+	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+		want := map[string]string{
+			KeyIPv4Forward:         "1",
+			KeyIPv6Forward:         "1",
+			RPFilterKey("all"):     "0",
+			RPFilterKey("default"): "0",
+		}
+		links, err := netlinksafe.LinkList()
+		if err != nil {
+			return fmt.Errorf("failed to list pod interfaces: %w", err)
+		}
+		for _, l := range links {
+			want[RPFilterKey(l.Attrs().Name)] = "0"
+		}
+		for k, v := range want {
+			if err := f(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // EnablePod turns forwarding on inside the pod netns at netnsPath. The netns
 // is the pod's: nothing needs undoing on DEL, it goes with the pod.
 func EnablePod(netnsPath string) error {
-	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		want, err := podSysctls()
-		if err != nil {
-			return err
-		}
-		for k, v := range want {
-			if err := SetSysctl(k, v); err != nil {
-				return fmt.Errorf("pod netns: %w", err)
-			}
+	return eachPodSysctl(netnsPath, func(k, v string) error {
+		if err := SetSysctl(k, v); err != nil {
+			return fmt.Errorf("pod netns: %w", err)
 		}
 		return nil
 	})
@@ -46,19 +48,13 @@ func EnablePod(netnsPath string) error {
 
 // CheckPod verifies the sysctls EnablePod set, naming the first wrong one.
 func CheckPod(netnsPath string) error {
-	return ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
-		want, err := podSysctls()
+	return eachPodSysctl(netnsPath, func(k, v string) error {
+		got, err := GetSysctl(k)
 		if err != nil {
-			return err
+			return fmt.Errorf("pod netns: %w", err)
 		}
-		for k, v := range want {
-			got, err := GetSysctl(k)
-			if err != nil {
-				return fmt.Errorf("pod netns: %w", err)
-			}
-			if got != v {
-				return fmt.Errorf("pod netns sysctl %s is %s, want %s", k, got, v)
-			}
+		if got != v {
+			return fmt.Errorf("pod netns sysctl %s is %s, want %s", k, got, v)
 		}
 		return nil
 	})
