@@ -16,7 +16,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/pkg/agent"
-	"github.com/podwire/podwire/pkg/install"
 )
 
 // handoverHealth is the agents' health address inside the node netns (the
@@ -38,13 +37,9 @@ func (u *uninstallNode) startHandoverAgent(id string, entry map[string]any) (sto
 // entryLogFile is the logFile of podwire's entry in the node's conflist.
 func (u *uninstallNode) entryLogFile() string {
 	u.t.Helper()
-	data, err := os.ReadFile(u.primary())
-	if err != nil {
-		u.t.Fatal(err)
-	}
-	raw, ok, err := install.Entry(data)
-	if err != nil || !ok {
-		u.t.Fatalf("no podwire entry in %s: %v", u.primary(), err)
+	raw, ok := u.entry()
+	if !ok {
+		u.t.Fatalf("no podwire entry in %s", u.primary())
 	}
 	var e struct{ LogFile string }
 	if err := json.Unmarshal(raw, &e); err != nil {

@@ -135,17 +135,24 @@ func (u *uninstallNode) runAgent(cfg agent.Config) (stop func()) {
 	return stop
 }
 
-// chainHasPodwire reports whether the node's conflist names podwire.
-func (u *uninstallNode) chainHasPodwire() bool {
+// entry is podwire's entry in the node's conflist (ok false when the
+// conflist names no podwire).
+func (u *uninstallNode) entry() (raw json.RawMessage, ok bool) {
 	u.t.Helper()
 	data, err := os.ReadFile(u.primary())
 	if err != nil {
 		u.t.Fatal(err)
 	}
-	_, ok, err := install.Entry(data)
+	raw, ok, err = install.Entry(data)
 	if err != nil {
-		u.t.Fatal(err)
+		u.t.Fatalf("%s: %v", u.primary(), err)
 	}
+	return raw, ok
+}
+
+// chainHasPodwire reports whether the node's conflist names podwire.
+func (u *uninstallNode) chainHasPodwire() bool {
+	_, ok := u.entry()
 	return ok
 }
 
