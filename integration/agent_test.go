@@ -39,6 +39,7 @@ type testAgent struct {
 	stop            func()
 	// nodeNS holds the agent's /metrics, on metricsAddr.
 	nodeNS ns.NetNS
+	agent  *agent.Agent
 }
 
 // metricsAddr is where the test agents serve /metrics: inside each test's
@@ -62,6 +63,13 @@ func knode(name string, ann map[string]string) *metav1.PartialObjectMetadata {
 // runs at cleanup.
 func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.PartialObjectMetadata) *testAgent {
 	n.t.Helper()
+	return n.startAgentWith(nil, primary, entry, objs...)
+}
+
+// startAgentWith is startAgent with the agent's Config changed by edit
+// (nil: none) before it starts.
+func (n *node) startAgentWith(edit func(*agent.Config), primary []byte, entry map[string]any, objs ...*metav1.PartialObjectMetadata) *testAgent {
+	n.t.Helper()
 	scheme := metadatafake.NewTestScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		n.t.Fatal(err)
@@ -82,10 +90,15 @@ func (n *node) startAgent(primary []byte, entry map[string]any, objs ...*metav1.
 	if entry != nil {
 		e, _ = json.Marshal(entry)
 	}
-	a := agent.New(agent.Config{
+	cfg := agent.Config{
 		Node: "worker-1", StateDir: n.StateDir(), Interval: time.Second, MetricsAddr: metricsAddr,
 		Chain: agent.Chain{ConfDir: ta.confDir, BinDir: ta.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
-	}, md, ta.events.CoreV1(), slog.New(slog.NewTextHandler(&testLog{t: n.t}, nil)))
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	a := agent.New(cfg, md, ta.events.CoreV1(), slog.New(slog.NewTextHandler(&testLog{t: n.t}, nil)))
+	ta.agent = a
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -57,6 +57,7 @@ func run(logp **slog.Logger) error {
 	daemonSet := flag.String("daemonset", "", "the agent's own DaemonSet as NAMESPACE/NAME, which --cni-uninstall watches")
 	hostConfDir := flag.String("host-cni-conf-dir", "", "the node's path of --cni-conf-dir when the agent sees it elsewhere (a hostPath mount): the uninstall marker names the node's paths (empty: --cni-conf-dir)")
 	startupTaint := flag.String("startup-taint", agent.DefaultStartupTaint, "key of the node's startup taint (NoSchedule), removed once the agent is Ready and put back while podwire is out of the runtime's chain (empty: leave taints alone)")
+	unknownIfs := flag.String("unknown-interfaces", agent.UnknownReport, "pod interfaces without a podwire record (pods wired while podwire was out of the chain): report (status, metric, Node Event) or drop (also check their sources: a routed veth only from the addresses the node routes to it, a bridge port from none)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -68,6 +69,9 @@ func run(logp **slog.Logger) error {
 	log, err := agent.NewLogger(os.Stderr, *logFormat, *logLevel)
 	if err != nil {
 		return err
+	}
+	if *unknownIfs != agent.UnknownReport && *unknownIfs != agent.UnknownDrop {
+		return fmt.Errorf("invalid --unknown-interfaces %q: report or drop", *unknownIfs)
 	}
 	*logp = log
 	// client-go logs through klog: through the same handler, so that one
@@ -114,6 +118,7 @@ func run(logp **slog.Logger) error {
 		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 		Uninstall:    un,
 		StartupTaint: *startupTaint, Nodes: core,
+		UnknownInterfaces: *unknownIfs,
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -74,6 +74,9 @@ type Config struct {
 	// the agent leaves taints alone.
 	StartupTaint string
 	Nodes        corev1client.NodesGetter
+	// UnknownInterfaces is what the agent does about pod interfaces without
+	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
+	UnknownInterfaces string
 	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
 	// the node when the agent's stop is an uninstall (uninstall.go); nil:
 	// stopping changes nothing on the node.
@@ -114,6 +117,8 @@ type Agent struct {
 	taint taintState
 	// routes is syncRoutes' memory (the drift loop's goroutine only).
 	routes routeSync
+	// unknown is noteUnknown's memory (the drift loop's goroutine only).
+	unknown unknownSeen
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -370,11 +375,12 @@ func (a *Agent) repair(ctx context.Context) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist)
+	res, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairArgs(time.Now())...)
 	a.setErr("table repair", err)
 	if err != nil {
 		return
 	}
+	a.noteUnknown(ctx, res.Unknown, time.Now())
 	a.mu.Lock()
 	a.tablesVerified = true
 	a.mu.Unlock()

@@ -44,6 +44,7 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	refusals *prometheus.CounterVec
+	unknown  prometheus.Gauge
 
 	mu   sync.Mutex
 	node nodeSnapshot
@@ -128,13 +129,17 @@ func newMetrics(version string) *metrics {
 			Name: "podwire_refusals_total",
 			Help: "ADDs refused, by reason: the plugin's gates, which it reports to the agent (forwarding-namespace, routable-prefixes, allowed-vlans, bad-annotation, ...), and the agent's refusals of the plugin's pod lookups (bad-request, uid-mismatch, not-found, api-error).",
 		}, []string{"reason"}),
+		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podwire_unknown_interfaces",
+			Help: "The node's pod interfaces without a podwire record at the last drift tick: pods wired while podwire was out of the runtime's chain (unknownInterfaces report or drop).",
+		}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "podwire_agent_build_info", Help: "1, labelled with the agent's version and agent protocol.",
 		ConstLabels: prometheus.Labels{"version": version, "protocol": fmt.Sprint(agentapi.Proto)},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.repairs, m.restores, m.requests, m.errors, m.latency, m.refusals, build, m,
+	m.reg.MustRegister(m.repairs, m.restores, m.requests, m.errors, m.latency, m.refusals, m.unknown, build, m,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Zero series from the start, so a rate() has a base before the
 	// first event.

@@ -19,10 +19,10 @@ import (
 // node tables. It runs the installed plugin's `podwire repair`, which is
 // ADD's own verify and apply (nft.Ensure with every step's tables and every
 // record's elements, under the node lock): the repair is exactly what the
-// next ADD would do, by the binary the runtime runs. When the Verify/Repair
-// API of pkg/nft lands, this body becomes one call to it.
-func repairTables(ctx context.Context, plugin, conflist string) (*cliapi.RepairResult, error) {
-	cmd := exec.CommandContext(ctx, plugin, "repair", "--conflist", conflist)
+// next ADD would do, by the binary the runtime runs. args are repair's
+// further flags (the unknown interfaces, unknown.go).
+func repairTables(ctx context.Context, plugin, conflist string, args ...string) (*cliapi.RepairResult, error) {
+	cmd := exec.CommandContext(ctx, plugin, append([]string{"repair", "--conflist", conflist}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

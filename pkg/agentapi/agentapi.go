@@ -213,6 +213,9 @@ type Status struct {
 	PodsCached int      `json:"podsCached"`
 	EgressIPs  string   `json:"egressIPs,omitempty"`
 	Errors     []string `json:"errors,omitempty"`
+	// Unknown are the node's pod interfaces without a podwire record, one
+	// line each ("veth1234 (routed 10.244.0.7) checked").
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // Call sends req to the agent at socket, with this build's Header, and

@@ -103,6 +103,8 @@ type RepairResult struct {
 	Rebuilt         []string       `json:"rebuilt,omitempty"`
 	Deleted         []string       `json:"deleted,omitempty"`
 	ElementsReadded map[string]int `json:"elementsReadded,omitempty"`
+	// Unknown are the node's pod interfaces without a record.
+	Unknown []UnknownInterface `json:"unknown,omitempty"`
 }
 
 // Drops counts what the source check dropped from one pod's interface
@@ -127,4 +129,24 @@ func AttachmentDrops(r *state.Record, d map[string]sourcecheck.Drops) *Drops {
 		return nil
 	}
 	return &Drops{Packets: v.Packets, Bytes: v.Bytes}
+}
+
+// UnknownInterface is a pod interface of the node that carries no podwire
+// record: a pod whose ADD ran while podwire was not in the runtime's chain
+// (a new node before the agent's first sync, the moments after a primary
+// rewrote its conflist). Found by `podwire repair`: a port of a bridge that
+// holds pods (the primary's, or a recorded pod's), or a veth without a
+// master to which the node routes host addresses (/32, /128) inside the
+// pod networks (the primary's IPAM ranges, the cluster's pod CIDRs).
+type UnknownInterface struct {
+	// Name is the host interface (the host veth).
+	Name string `json:"name"`
+	// Bridge is the bridge it is a port of ("" for a routed veth).
+	Bridge string `json:"bridge,omitempty"`
+	// Addresses are the host routes' destinations through it (routed).
+	Addresses []netip.Addr `json:"addresses,omitempty"`
+	// Dropped: its sources are checked as a pod's (routed: only the
+	// addresses the node routes to it pass; bridged: none pass), by
+	// `podwire repair --drop-unknown` (agent option unknownInterfaces=drop).
+	Dropped bool `json:"dropped,omitempty"`
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/podwire/podwire/pkg/cliapi"
 	"github.com/podwire/podwire/pkg/ruleset"
@@ -13,6 +14,7 @@ import (
 // cliRepair implements
 //
 //	podwire repair [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE]
+//	               [--unknown] [--drop-unknown IF,...]
 //
 // It runs ruleset.Repair, ADD's verify and apply of the node tables plus the
 // element-level verify of every record, without a pod: the node agent calls it every few seconds, so drift is repaired
@@ -22,6 +24,8 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("podwire repair", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	src := entryFlags(fs)
+	unknown := fs.Bool("unknown", false, "also list the node's pod interfaces without a podwire record")
+	dropUnknown := fs.String("drop-unknown", "", "comma-separated unknown interfaces whose sources to check as a pod's (implies --unknown)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return 2
 	}
@@ -71,6 +75,16 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		}
 		res.ElementsReadded[id.String()] = n
 		res.MissingElements += n
+	}
+	if *unknown || *dropUnknown != "" {
+		drop := map[string]bool{}
+		for _, n := range strings.Split(*dropUnknown, ",") {
+			drop[strings.TrimSpace(n)] = n != ""
+		}
+		if res.Unknown, err = unknownInterfaces(c, conf, env, from, state.New(conf.StateDir), want, drop); err != nil {
+			fmt.Fprintf(stderr, "podwire repair: unknown interfaces: %v\n", err)
+			return 1
+		}
 	}
 	res.Repaired = rep.Changed() || res.MissingElements > 0
 	if res.Repaired {

@@ -274,6 +274,9 @@ func (st *nodeStatus) print(w io.Writer) {
 		for _, e := range a.Errors {
 			fmt.Fprintf(w, "  agent error: %s\n", e)
 		}
+		for _, u := range a.Unknown {
+			fmt.Fprintf(w, "  UNKNOWN interface without a podwire record: %s\n", u)
+		}
 	} else {
 		fmt.Fprintln(w, "agent:     none answering (no DaemonSet on this node)")
 	}
