@@ -440,8 +440,7 @@ current-context: c
 // ARP has them all counted by `podwire status`, and an honest pod on the
 // same bridge, whose own datagrams arrive, has none.
 func TestStatusDropsBridged(t *testing.T) {
-	n := newNode(t)
-	n.Base.PrimaryEntry = bridgePrimary(n)
+	n := newBridgedNode(t)
 	setBrNetfilter(t, n, "0")
 	be := n.newBackend()
 	const port = 7101

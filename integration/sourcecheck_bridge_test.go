@@ -15,11 +15,12 @@ import (
 	"github.com/podwire/podwire/pkg/nft"
 )
 
-// bridgePrimary is the reference bridge plugin on cni0 with host-local,
-// dual stack, as flannel's CNI plugin delegates to it (isGateway,
-// isDefaultGateway, hairpinMode).
-func bridgePrimary(n *node) map[string]any {
-	return map[string]any{
+// newBridgedNode is a node whose primary is the reference bridge plugin on
+// cni0 with host-local, dual stack, as flannel's CNI plugin delegates to it
+// (isGateway, isDefaultGateway, hairpinMode).
+func newBridgedNode(t testing.TB) *node {
+	n := newNode(t)
+	n.Base.PrimaryEntry = map[string]any{
 		"type":             "bridge",
 		"bridge":           "cni0",
 		"isGateway":        true,
@@ -35,6 +36,7 @@ func bridgePrimary(n *node) map[string]any {
 			},
 		},
 	}
+	return n
 }
 
 // brNetfilterModes are the node's br_netfilter settings the bridged check
@@ -81,8 +83,7 @@ func TestBridgedSourceCheck(t *testing.T) {
 }
 
 func testBridgedSourceCheck(t *testing.T, version, brnf string) {
-	n := newNode(t)
-	n.Base.PrimaryEntry = bridgePrimary(n)
+	n := newBridgedNode(t)
 	setBrNetfilter(t, n, brnf)
 	be := n.newBackend()
 	const port = 9911
@@ -182,8 +183,7 @@ func testBridgedSourceCheck(t *testing.T, version, brnf string) {
 //   - The pod's own element deleted: its own traffic is dropped (so the
 //     element mattered), CHECK names the set, and the repair re-adds it.
 func TestBridgedCheckDriftRepaired(t *testing.T) {
-	n := newNode(t)
-	n.Base.PrimaryEntry = bridgePrimary(n)
+	n := newBridgedNode(t)
 	be := n.newBackend()
 	const port = 9912
 	sink := newSink(t, be.ns.Path(), port)
@@ -271,8 +271,7 @@ func hostVeth(t *testing.T, p *pod) string {
 // valid attachments removes b's and its record. No element is left in
 // either source-check table.
 func TestBridgedPodsDelAndGC(t *testing.T) {
-	n := newNode(t)
-	n.Base.PrimaryEntry = bridgePrimary(n)
+	n := newBridgedNode(t)
 	be := n.newBackend()
 	const port = 9913
 	sink := newSink(t, be.ns.Path(), port)
