@@ -15,12 +15,18 @@ import (
 	"github.com/podwire/podwire/pkg/nft"
 )
 
-// newBridgedNode is a node whose primary is the reference bridge plugin on
-// cni0 with host-local, dual stack, as flannel's CNI plugin delegates to it
-// (isGateway, isDefaultGateway, hairpinMode).
+// newBridgedNode is a node whose primary is bridgePrimary.
 func newBridgedNode(t testing.TB) *node {
 	n := newNode(t)
-	n.Base.PrimaryEntry = map[string]any{
+	n.Base.PrimaryEntry = bridgePrimary(n)
+	return n
+}
+
+// bridgePrimary is the reference bridge plugin on cni0 with host-local,
+// dual stack, as flannel's CNI plugin delegates to it (isGateway,
+// isDefaultGateway, hairpinMode).
+func bridgePrimary(n *node) map[string]any {
+	return map[string]any{
 		"type":             "bridge",
 		"bridge":           "cni0",
 		"isGateway":        true,
@@ -36,7 +42,6 @@ func newBridgedNode(t testing.TB) *node {
 			},
 		},
 	}
-	return n
 }
 
 // brNetfilterModes are the node's br_netfilter settings the bridged check
