@@ -161,3 +161,41 @@ func TestPrimaryRewriteLoop(t *testing.T) {
 	}
 	t.Logf("unknown interfaces, checked: %q", ta.agent.Status().Unknown)
 }
+
+// TestUnknownBridgePort: on a bridging primary (bridge plugin on cni0, as
+// flannel delegates), a port of cni0 without a record is named; with
+// unknownInterfaces=drop none of its sources pass once it is checked (the
+// node does not know its addresses), while a pod wired with podwire on the
+// same bridge keeps its own traffic.
+func TestUnknownBridgePort(t *testing.T) {
+	n := newBridgedNode(t)
+	ta := n.startAgentWith(func(c *agent.Config) { c.UnknownInterfaces = agent.UnknownDrop },
+		n.primaryList("0.3.1", nil), n.podwireEntry(nil), knode("worker-1", nil))
+	be := n.newBackend()
+	srv := listenTCP(t, be.ns, "[::]:0")
+	dst := netip.AddrPortFrom(be.v4, srv.port())
+	checked := n.mustAddPod(podSpec{name: "checked"})
+	primaryOnly, err := libcni.ConfListFromBytes(n.primaryList("0.3.1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := n.mustAddPod(podSpec{name: "unknown", list: primaryOnly})
+	if err := eventually(3*time.Second, func() error { return dialTCP(u.NS, u.v4, dst, time.Second) }); err != nil {
+		t.Fatalf("the unknown pod's traffic before it is checked: %v (the drop below would prove nothing)", err)
+	}
+	want := hostVeth(t, u) + " (port of cni0) checked"
+	if err := eventually(10*time.Second, func() error {
+		if line := strings.Join(ta.agent.Status().Unknown, "; "); line != want {
+			return fmt.Errorf("unknown interfaces %q, want %q", line, want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialTCP(u.NS, u.v4, dst, time.Second); err == nil {
+		t.Fatalf("the unknown bridge port's traffic from %s passes after it was checked", u.v4)
+	}
+	if err := eventually(3*time.Second, func() error { return dialTCP(checked.NS, checked.v4, dst, time.Second) }); err != nil {
+		t.Fatalf("the checked pod's own traffic: %v", err)
+	}
+}
