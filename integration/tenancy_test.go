@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/podwire/podwire/pkg/agent"
 )
 
 // mustRefuse asserts that err is CNI error 7 whose message names every
@@ -125,7 +129,7 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 	rogue4 := netip.MustParseAddr("203.0.113.66")
 	conf := map[string]any{"egress": map[string]any{"nodeAnnotation": true, "ips": []string{egress4.String()},
 		"allowedCIDRs": []string{egress4.String() + "/32", "2001:db8:e::/48"}, "exceptCIDRs": []string{"198.51.100.128/25"}}}
-	n.startAgent(n.primaryList("1.0.0", nil), n.podwireEntry(conf),
+	ta := n.startAgent(n.primaryList("1.0.0", nil), n.podwireEntry(conf),
 		knode("worker-1", map[string]string{"podwire.io/egress-ip": rogue4.String() + "," + egress6.String()}))
 	n.waitEgressFile()
 	a := n.mustAddPod(podSpec{podwire: conf})
@@ -149,6 +153,35 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("podwire status does not show the refused egress IP %s: %q", rogue4, st.Warnings)
+	}
+	waitEgressError(t, ta, rogue4.String()+", outside egress.allowedCIDRs")
+
+	// An egress IP in effect that the node does not hold is an error too.
+	n.Do(func() error { return runAll([][]string{{"ip", "addr", "del", egress4.String() + "/32", "dev", "uplink0"}}) })
+	waitEgressError(t, ta, "egress IP "+egress4.String()+" is not assigned")
+}
+
+// waitEgressError waits up to 10 s for the agent's error "egress" and a
+// Warning Event PodwireEgressError on the Node, both containing want.
+func waitEgressError(t *testing.T, ta *testAgent, want string) {
+	t.Helper()
+	if err := eventually(10*time.Second, func() error {
+		st := ta.agent.Status()
+		if !slices.ContainsFunc(st.Errors, func(e string) bool { return strings.Contains(e, want) }) {
+			return fmt.Errorf("agent errors %q do not contain %q", st.Errors, want)
+		}
+		evs, err := ta.events.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == agent.ReasonEgressError && e.Type == "Warning" && e.InvolvedObject.Kind == "Node" && strings.Contains(e.Message, want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Warning Event %s on the Node containing %q", agent.ReasonEgressError, want)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -381,6 +381,7 @@ func (a *Agent) repair(ctx context.Context) {
 		return
 	}
 	a.noteUnknown(ctx, res.Unknown, time.Now())
+	a.noteEgressErrors(ctx, res.Errors)
 	a.mu.Lock()
 	a.tablesVerified = true
 	a.mu.Unlock()

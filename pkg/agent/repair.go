@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -40,14 +41,44 @@ func repairTables(ctx context.Context, plugin, conflist string, args ...string) 
 const (
 	ReasonTablesRepaired = "PodwireTablesRepaired"
 	ReasonChainRestored  = "PodwireChainRestored"
+	// ReasonEgressError: an egress IP refused by egress.allowedCIDRs, or
+	// not assigned on the node (a Warning Event).
+	ReasonEgressError = "PodwireEgressError"
 )
+
+// noteEgressErrors makes the node tables' errors of a repair the agent's
+// error "egress" (in its status, `podwire status` and /readyz's text, not
+// its readiness: the source check still holds) and records each new set of
+// them as a Warning Event on the Node.
+func (a *Agent) noteEgressErrors(ctx context.Context, errs []string) {
+	msg := strings.Join(errs, "; ")
+	a.mu.Lock()
+	old := a.errs["egress"]
+	a.mu.Unlock()
+	if msg == "" {
+		a.setErr("egress", nil)
+		return
+	}
+	a.setErr("egress", errors.New(msg))
+	if msg == old {
+		return
+	}
+	if err := recordEventType(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonEgressError, msg, corev1.EventTypeWarning, time.Now()); err != nil {
+		a.log.Warn("failed to record the Event", "error", err)
+	}
+}
 
 // eventNamespace holds Node events, as the kubelet's.
 const eventNamespace = metav1.NamespaceDefault
 
-// recordEvent creates one Event on the node (RBAC: create events, nothing
-// more; so no aggregation, which would PATCH).
+// recordEvent creates one Normal Event on the node (RBAC: create events,
+// nothing more; so no aggregation, which would PATCH).
 func recordEvent(ctx context.Context, events corev1client.EventsGetter, node, nodeUID, reason, msg string, now time.Time) error {
+	return recordEventType(ctx, events, node, nodeUID, reason, msg, corev1.EventTypeNormal, now)
+}
+
+// recordEventType is recordEvent with the Event's type (Normal, Warning).
+func recordEventType(ctx context.Context, events corev1client.EventsGetter, node, nodeUID, reason, msg, typ string, now time.Time) error {
 	if events == nil {
 		return nil
 	}
@@ -61,7 +92,7 @@ func recordEvent(ctx context.Context, events corev1client.EventsGetter, node, no
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion: "v1", Kind: "Node", Name: node, UID: ktypes.UID(nodeUID),
 		},
-		Reason: reason, Message: msg, Type: corev1.EventTypeNormal,
+		Reason: reason, Message: msg, Type: typ,
 		Source:         corev1.EventSource{Component: "podwire-agent", Host: node},
 		FirstTimestamp: t, LastTimestamp: t, Count: 1,
 		ReportingController: "podwire.io/agent", ReportingInstance: node,

@@ -105,6 +105,10 @@ type RepairResult struct {
 	ElementsReadded map[string]int `json:"elementsReadded,omitempty"`
 	// Unknown are the node's pod interfaces without a record.
 	Unknown []UnknownInterface `json:"unknown,omitempty"`
+	// Errors are the node tables' errors: an egress IP of the Node
+	// annotation outside egress.allowedCIDRs, an egress IP not assigned on
+	// the node.
+	Errors []string `json:"errors,omitempty"`
 }
 
 // Drops counts what the source check dropped from one pod's interface

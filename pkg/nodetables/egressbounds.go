@@ -3,9 +3,27 @@ package nodetables
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/podwire/podwire/pkg/config"
 )
+
+// ErrorPrefix begins a finding of the node tables that is an error, not a
+// warning: an egress IP refused by egress.allowedCIDRs, or not assigned on
+// the node. The node agent reports those as its errors, with a Node Event.
+const ErrorPrefix = "error: "
+
+// Errors are the findings among warnings that are errors, without
+// ErrorPrefix.
+func Errors(warnings []string) []string {
+	var out []string
+	for _, w := range warnings {
+		if e, ok := strings.CutPrefix(w, ErrorPrefix); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
 
 // boundNodeEgress keeps the egress IPs of the node annotation (v4, v6)
 // that lie inside egress.allowedCIDRs and refuses the others: whoever may
@@ -25,7 +43,7 @@ func boundNodeEgress(conf *config.NetConf, v4, v6 netip.Addr) (ok4, ok6 netip.Ad
 		if fallback.IsValid() {
 			use = "egress.ips' " + fallback.String()
 		}
-		errs = append(errs, fmt.Sprintf("error: annotation %s names %s, outside egress.allowedCIDRs %q: refused, %s is used",
+		errs = append(errs, fmt.Sprintf(ErrorPrefix+"annotation %s names %s, outside egress.allowedCIDRs %q: refused, %s is used",
 			EgressAnnotation, a, conf.Egress.AllowedCIDRs, use))
 		return netip.Addr{}
 	}

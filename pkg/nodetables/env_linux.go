@@ -172,7 +172,7 @@ func routeInterfaces(routes []netlink.Route) []string {
 }
 
 // EnvWarnings are the findings of the node tables for the log and `podwire
-// status`, for an Env read by ReadEnv: env's own (a probe without an uplink,
+// status` (errors begin with ErrorPrefix), for an Env read by ReadEnv: env's own (a probe without an uplink,
 // an unread node annotation, no egress IP) and an egress IP that is not
 // assigned to any interface of the current netns (the SNATed traffic's
 // answers would not come back): one route lookup per egress IP, whatever the
@@ -188,7 +188,7 @@ func EnvWarnings(env Env) []string {
 		case err != nil:
 			out = append(out, fmt.Sprintf("egress IP %s: cannot look it up on the node: %v", ip, err))
 		case !ok:
-			out = append(out, fmt.Sprintf("egress IP %s is not assigned to any interface of the node: answers to SNATed pod traffic will not reach it", ip))
+			out = append(out, fmt.Sprintf("%segress IP %s is not assigned to any interface of the node: answers to SNATed pod traffic will not reach it", ErrorPrefix, ip))
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -86,6 +87,7 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	res.Errors = nodetables.Errors(nodetables.EnvWarnings(env))
 	res.Repaired = rep.Changed() || res.MissingElements > 0
 	if res.Repaired {
 		newLogger(conf).With("verb", "repair").Info("node tables repaired",
