@@ -70,6 +70,11 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if *startupTaint != "" {
+		if err := config.ValidateLabelKey(*startupTaint); err != nil {
+			return fmt.Errorf("invalid --startup-taint: %w", err)
+		}
+	}
 	if *unknownIfs != agent.UnknownReport && *unknownIfs != agent.UnknownDrop {
 		return fmt.Errorf("invalid --unknown-interfaces %q: report or drop", *unknownIfs)
 	}

@@ -231,3 +231,12 @@ func (c *NetConf) validateSelector(key string, sel *LabelSelector) error {
 	}
 	return nil
 }
+
+// ValidateLabelKey checks a Kubernetes label or taint key (an optional
+// DNS-subdomain prefix and "/", then a name of 1..63 bytes).
+func ValidateLabelKey(k string) error {
+	if e := labelKeyError(k); e != "" {
+		return fmt.Errorf("%q is not a label key: %s", k, e)
+	}
+	return nil
+}
