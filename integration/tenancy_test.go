@@ -157,7 +157,9 @@ func TestEgressNodeAnnotationBounds(t *testing.T) {
 	waitEgressError(t, ta, rogue4.String()+", outside egress.allowedCIDRs")
 
 	// An egress IP in effect that the node does not hold is an error too.
-	n.Do(func() error { return runAll([][]string{{"ip", "addr", "del", egress4.String() + "/32", "dev", "uplink0"}}) })
+	n.Do(func() error {
+		return runAll([][]string{{"ip", "addr", "del", egress4.String() + "/32", "dev", "uplink0"}})
+	})
 	waitEgressError(t, ta, "egress IP "+egress4.String()+" is not assigned")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestTablesRepairedBesideKubeProxy(t *testing.T) {
 		t.Fatalf("%s: nft delete table bridge podwire: %v\n%s", n2.Name, err, out)
 	}
 	start := time.Now()
-	if strings.Contains(string(out), "bridge podwire") || !strings.Contains(string(out), "table ip kube-proxy") {
+	if slices.Contains(strings.Split(string(out), "\n"), "table bridge podwire") || !strings.Contains(string(out), "table ip kube-proxy") {
 		t.Fatalf("%s after the deletion, want kube-proxy's table and no bridge podwire:\n%s", n2.Name, out)
 	}
 	// Until the agent's next tick the bridge is unchecked; the repair may
