@@ -20,6 +20,10 @@ K8S_BIN_DIR := $(CURDIR)/.cache/k8s-$(K8S_VERSION)
 FLANNEL_VERSION := v0.28.10
 FLANNEL_CNI_VERSION := v0.9.1
 FLANNEL_DIR := $(CURDIR)/.cache/flannel-$(FLANNEL_VERSION)
+# CoreDNS, the multi-node cluster's DNS, with only the plugins a cluster DNS
+# uses (scripts/coredns-build.sh).
+COREDNS_VERSION := v1.15.0
+COREDNS_DIR := $(CURDIR)/.cache/coredns-$(COREDNS_VERSION)
 ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
 # The helm CLI the multi-node suite installs, upgrades and uninstalls the
 # chart with: the release tools/chart renders with (its go.mod).
@@ -108,6 +112,7 @@ k8s-bins:
 	scripts/e2e-build.sh $(K8S_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
+	scripts/coredns-build.sh $(COREDNS_VERSION) $(CURDIR)/.cache
 
 test-k8s: deps image image-upgrade tools k8s-bins
 	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
