@@ -34,6 +34,11 @@ const (
 	// tenantVLAN is granted to tenantNS with addresses from
 	// tenantVLANSubnet, minus its gateway tenantVLANGateway.
 	tenantVLAN = 200
+	// forwardingLabel selects forwarding namespaces
+	// (forwarding.namespaceSelector); labelledNS is one the admin labels,
+	// whose name matches no forwarding.namespaces glob.
+	forwardingLabel = "podwire.io/forwarding"
+	labelledNS      = "labelled-fwd"
 )
 
 var (
@@ -50,8 +55,9 @@ var (
 )
 
 // tenancyValues are the gates of issue 21 in the suite's podwire values:
-// VLAN grants, tenantRouterNS among the forwarding namespaces, and the
-// bounds of the Node egress annotation.
+// VLAN grants, tenantRouterNS among the forwarding namespaces, namespaces
+// labelled forwardingLabel=true forwarding too, and the bounds of the Node
+// egress annotation.
 func tenancyValues(config map[string]any) {
 	config["vlanGrants"] = []map[string]any{
 		{"vlans": fmt.Sprint(otherVLAN), "namespaces": []string{otherTeamNS}},
@@ -60,6 +66,7 @@ func tenancyValues(config map[string]any) {
 	}
 	fwd := config["forwarding"].(map[string]any)
 	fwd["namespaces"] = append(fwd["namespaces"].([]string), tenantRouterNS)
+	fwd["namespaceSelector"] = map[string]any{"matchLabels": map[string]string{forwardingLabel: "true"}}
 	var bounds []string
 	for _, p := range egressBounds {
 		bounds = append(bounds, p.String())
@@ -111,13 +118,32 @@ func TestHostileTenant(t *testing.T) {
 		t.Logf("refused: %s", msg)
 	})
 
+	// forwarding.namespaceSelector admits namespaces by a label that only
+	// whoever may update Namespaces sets: the tenant cannot label its own
+	// namespace, so its forwarding pod stays refused, the Event naming the
+	// selector; a namespace the admin labelled (its name matches no glob)
+	// runs a forwarding pod, so the selector is what admits.
 	t.Run("ForwardingNamespaceSelector", func(t *testing.T) {
-		// To complete with forwarding.namespaceSelector in the values: the
-		// admin makes a namespace whose name matches a forwarding glob but
-		// that lacks the selector's label, binds the tenant's Role there,
-		// and the tenant's forwarding pod in it is refused, the Event
-		// naming forwarding.namespaceSelector.
-		t.Skip("forwarding.namespaceSelector is not in the suite's values yet")
+		label := forwardingLabel + "=true"
+		tn.forbidden(t, "label its namespace for forwarding", "label", "namespace", tenantNS, label)
+		msg := refusedPod(t, tn, tenantNS, "fwd-selector", n, map[string]string{"podwire.io/forwarding": "true"},
+			"gate forwarding-namespace", "podwire.io/forwarding", "forwarding.namespaceSelector", label)
+		t.Logf("refused: %s", msg)
+
+		kubectl(t, "", "create", "namespace", labelledNS)
+		t.Cleanup(func() { kubectl(t, "", "delete", "namespace", labelledNS, "--wait=true", "--timeout=90s") })
+		kubectl(t, "", "label", "namespace", labelledNS, label)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := c.WaitServiceAccount(ctx, labelledNS); err != nil {
+			t.Fatal(err)
+		}
+		if err := createPod(ctx, labelledNS, "router", n, nil, map[string]string{"podwire.io/forwarding": "true"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := waitPod(ctx, labelledNS, "router", n); err != nil {
+			t.Fatalf("forwarding pod in %s, labelled %s: %v", labelledNS, label, err)
+		}
 	})
 
 	// The admin's router in forwardingNS holds routedNet; the tenant's
@@ -373,13 +399,25 @@ func egressOutsideBounds(t *testing.T, tn *tenant, n *cluster.Node, i int) {
 			t.Errorf("podwire status on %s does not show the refused egress IP %s as an error:\n%s", n.Name, rogue, out)
 		}
 	}
-	events := kubectl(t, "", "get", "events", "-n", "default", "--field-selector", "involvedObject.kind=Node,involvedObject.name="+n.Name,
-		"-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+	// The agent reports the refusal as its error and a Warning Event on
+	// the Node (PodwireEgressError), within a tick or two.
 	var onNode []string
-	for _, l := range strings.Split(events, "\n") {
-		if strings.Contains(l, rogueEgress.String()) {
-			onNode = append(onNode, l)
+	if err := cnitest.Eventually(30*time.Second, func() error {
+		events := kubectl(t, "", "get", "events", "-n", "default", "--field-selector",
+			"involvedObject.kind=Node,involvedObject.name="+n.Name+",reason=PodwireEgressError,type=Warning",
+			"-o", "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}")
+		onNode = onNode[:0]
+		for _, l := range strings.Split(events, "\n") {
+			if strings.Contains(l, rogueEgress.String()) && strings.Contains(l, "egress.allowedCIDRs") {
+				onNode = append(onNode, l)
+			}
 		}
+		if len(onNode) == 0 {
+			return fmt.Errorf("no PodwireEgressError Warning Event on %s naming %s: %q", n.Name, rogueEgress, events)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("podwire status on %s shows the refusal as an error; Node Events naming %s: %q", n.Name, rogueEgress, onNode)
+	t.Logf("podwire status on %s shows the refusal as an error; Node Events: %q", n.Name, onNode)
 }
