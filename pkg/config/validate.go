@@ -108,7 +108,7 @@ func (c *NetConf) validate() error {
 		}
 	}
 	for _, p := range []struct{ key, val string }{
-		{"bridge", c.Bridge}, {"uplink", c.Uplink}, {"podIfName", c.PodIfName},
+		{"bridge", c.Bridge}, {"podIfName", c.PodIfName},
 	} {
 		if p.val == "" {
 			continue
@@ -117,8 +117,8 @@ func (c *NetConf) validate() error {
 			return Invalid(p.key, p.val, "%v", err)
 		}
 	}
-	if c.Uplink != "" && c.Uplink == c.Bridge {
-		return Invalid("uplink", c.Uplink, "is the bridge itself")
+	if err := c.validateUplink(); err != nil {
+		return err
 	}
 	for _, l := range []struct {
 		key string
