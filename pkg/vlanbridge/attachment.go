@@ -1,6 +1,7 @@
 package vlanbridge
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -17,17 +18,25 @@ type Env struct {
 	// there is none; BridgeOurs and BridgeVLANFiltering describe it.
 	BridgeType                      string
 	BridgeOurs, BridgeVLANFiltering bool
-	// UplinkMTU is the uplink's MTU in bytes; UplinkErr says why the uplink
-	// cannot carry VLANs (missing, or holding a global address).
+	// Uplink is the uplink this node uses, the first candidate of the
+	// config's list that is a link here ([FindUplink]); "" for none
+	// configured or none found. UplinkMTU is its MTU in bytes; UplinkErr
+	// says why no uplink can carry VLANs (no candidate is a link here, a
+	// *MissingUplinkError, or the chosen one holds a global address).
+	Uplink    string
 	UplinkMTU int
 	UplinkErr error
 }
 
-// Plan completes the attachment v against the node env (the uplink's MTU
-// when v has none) and refuses, before anything changes, a name clash, a
-// link of another type named like the bridge, a foreign bridge without VLAN
-// filtering and an uplink that cannot carry VLANs: each a CNI error 7
-// (invalid network config) naming the bridge or uplink.
+// Plan completes the attachment v against the node env (the uplink this
+// node uses, and its MTU when v has none) and refuses, before anything
+// changes, a name clash, a link of another type named like the bridge, a
+// foreign bridge without VLAN filtering and an uplink that cannot carry
+// VLANs: each a CNI error 7 (invalid network config) naming the bridge or
+// the uplink, or every uplink candidate when none is on the node. A missing
+// uplink is 7, not 11 (try again later): the config names no NIC of this
+// node, which an admin fixes by adding its name to the list, and a runtime
+// retries a failed sandbox anyway.
 func Plan(v *state.VLANAttachment, env Env) error {
 	if env.NamesErr != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, "VLAN interface name clash", env.NamesErr.Error())
@@ -41,13 +50,15 @@ func Plan(v *state.VLANAttachment, env Env) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"invalid bridge %q: an existing bridge that is not podwire's and has no VLAN filtering", v.Bridge), "")
 	}
-	if v.Uplink != "" {
-		if env.UplinkErr != nil {
-			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", v.Uplink), env.UplinkErr.Error())
-		}
-		if v.MTU == 0 {
-			v.MTU = env.UplinkMTU
-		}
+	if missing := (*MissingUplinkError)(nil); errors.As(env.UplinkErr, &missing) {
+		return types.NewError(types.ErrInvalidNetworkConfig, missing.Error(), "")
+	}
+	if env.UplinkErr != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("invalid uplink %q", env.Uplink), env.UplinkErr.Error())
+	}
+	v.Uplink = env.Uplink
+	if v.Uplink != "" && v.MTU == 0 {
+		v.MTU = env.UplinkMTU
 	}
 	return nil
 }

@@ -8,10 +8,11 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// ReadEnv reads what planning the port p with uplink ("" for none) depends
-// on ([Plan]): name clashes, the link named like the bridge, the uplink's
-// MTU and whether it can carry VLANs.
-func ReadEnv(p *Port, uplink string) Env {
+// ReadEnv reads what planning the port p with the uplink candidates
+// uplinks (none for no uplink) depends on ([Plan]): name clashes, the link
+// named like the bridge, the uplink this node uses ([FindUplink]), its MTU
+// and whether it can carry VLANs.
+func ReadEnv(p *Port, uplinks []string) Env {
 	var env Env
 	env.NamesErr = CheckNames(p)
 	if l, err := netlinksafe.LinkByName(p.Bridge); err == nil {
@@ -21,12 +22,16 @@ func ReadEnv(p *Port, uplink string) Env {
 			env.BridgeVLANFiltering = br.VlanFiltering != nil && *br.VlanFiltering
 		}
 	}
-	if uplink != "" {
-		if l, err := CheckUplinkAddresses(uplink); err != nil {
-			env.UplinkErr = err
-		} else {
-			env.UplinkMTU = l.Attrs().MTU
-		}
+	if len(uplinks) == 0 {
+		return env
+	}
+	if env.Uplink, env.UplinkErr = FindUplink(uplinks); env.UplinkErr != nil {
+		return env
+	}
+	if l, err := CheckUplinkAddresses(env.Uplink); err != nil {
+		env.UplinkErr = err
+	} else {
+		env.UplinkMTU = l.Attrs().MTU
 	}
 	return env
 }

@@ -3,6 +3,7 @@ package vlanbridge
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,38 +12,88 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// TestPlan: each refusal is a CNI error 7 naming the bridge or uplink, and
-// the uplink's MTU fills in an attachment that has none.
+// TestPlan: each refusal is a CNI error 7 naming the bridge or uplink (every
+// candidate when none is on the node), the uplink this node uses is
+// recorded, and its MTU fills in an attachment that has none.
 func TestPlan(t *testing.T) {
+	missing := &MissingUplinkError{Candidates: []string{"eth1", "ens5"}, Node: "node-b"}
 	for _, tc := range []struct {
-		name    string
-		v       state.VLANAttachment
-		env     Env
-		wantErr string // "" for success
-		wantMTU int
+		name       string
+		v          state.VLANAttachment
+		env        Env
+		wantErr    string // "" for success
+		wantUplink string
+		wantMTU    int
 	}{
-		{"no bridge yet, no uplink", state.VLANAttachment{Bridge: "br0"}, Env{}, "", 0},
-		{"uplink MTU", state.VLANAttachment{Bridge: "br0", Uplink: "eth1"}, Env{UplinkMTU: 9000}, "", 9000},
-		{"configured MTU kept", state.VLANAttachment{Bridge: "br0", Uplink: "eth1", MTU: 1400}, Env{UplinkMTU: 9000}, "", 1400},
-		{"our bridge", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge", BridgeOurs: true}, "", 0},
-		{"foreign bridge with VLAN filtering", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge", BridgeVLANFiltering: true}, "", 0},
-		{"name clash", state.VLANAttachment{Bridge: "br0"}, Env{NamesErr: errors.New("net1 exists")}, "name clash", 0},
-		{"not a bridge", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "dummy"}, `invalid bridge "br0": link is a dummy`, 0},
-		{"foreign bridge without VLAN filtering", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge"}, `invalid bridge "br0": an existing bridge`, 0},
-		{"uplink with an address", state.VLANAttachment{Bridge: "br0", Uplink: "eth1"}, Env{UplinkErr: errors.New("holds 192.0.2.1")}, `invalid uplink "eth1"`, 0},
-		{"no uplink: its error is not read", state.VLANAttachment{Bridge: "br0"}, Env{UplinkErr: errors.New("x")}, "", 0},
+		{"no bridge yet, no uplink", state.VLANAttachment{Bridge: "br0"}, Env{}, "", "", 0},
+		{"uplink MTU", state.VLANAttachment{Bridge: "br0"}, Env{Uplink: "eth1", UplinkMTU: 9000}, "", "eth1", 9000},
+		{"second candidate chosen", state.VLANAttachment{Bridge: "br0"}, Env{Uplink: "ens5", UplinkMTU: 1500}, "", "ens5", 1500},
+		{"configured MTU kept", state.VLANAttachment{Bridge: "br0", MTU: 1400}, Env{Uplink: "eth1", UplinkMTU: 9000}, "", "eth1", 1400},
+		{"our bridge", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge", BridgeOurs: true}, "", "", 0},
+		{"foreign bridge with VLAN filtering", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge", BridgeVLANFiltering: true}, "", "", 0},
+		{"name clash", state.VLANAttachment{Bridge: "br0"}, Env{NamesErr: errors.New("net1 exists")}, "name clash", "", 0},
+		{"not a bridge", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "dummy"}, `invalid bridge "br0": link is a dummy`, "", 0},
+		{"foreign bridge without VLAN filtering", state.VLANAttachment{Bridge: "br0"}, Env{BridgeType: "bridge"}, `invalid bridge "br0": an existing bridge`, "", 0},
+		{"uplink with an address", state.VLANAttachment{Bridge: "br0"}, Env{Uplink: "eth1", UplinkErr: errors.New("holds 192.0.2.1")}, `invalid uplink "eth1"`, "", 0},
+		{"no candidate on the node", state.VLANAttachment{Bridge: "br0"}, Env{UplinkErr: missing},
+			`no uplink on node "node-b": none of the uplink candidates "eth1", "ens5" is a link of the node`, "", 0},
 	} {
 		v := tc.v
 		err := Plan(&v, tc.env)
 		if tc.wantErr == "" {
-			if err != nil || v.MTU != tc.wantMTU {
-				t.Errorf("%s: err %v, MTU %d; want nil, %d", tc.name, err, v.MTU, tc.wantMTU)
+			if err != nil || v.Uplink != tc.wantUplink || v.MTU != tc.wantMTU {
+				t.Errorf("%s: err %v, uplink %q, MTU %d; want nil, %q, %d", tc.name, err, v.Uplink, v.MTU, tc.wantUplink, tc.wantMTU)
 			}
 			continue
 		}
 		var cerr *types.Error
 		if !errors.As(err, &cerr) || cerr.Code != types.ErrInvalidNetworkConfig || !strings.Contains(cerr.Msg, tc.wantErr) {
 			t.Errorf("%s: err %v, want CNI error 7 with %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+// TestChooseUplink: the first candidate that is a link wins, in the
+// config's order; none is an error naming every candidate and the node; a
+// failed lookup stops the choice rather than falling through to the next.
+func TestChooseUplink(t *testing.T) {
+	links := func(names ...string) func(string) (bool, error) {
+		return func(n string) (bool, error) { return slices.Contains(names, n), nil }
+	}
+	for _, tc := range []struct {
+		name       string
+		candidates []string
+		exists     func(string) (bool, error)
+		want       string
+		wantErr    []string
+	}{
+		{"one name, there", []string{"eth1"}, links("lo", "eth0", "eth1"), "eth1", nil},
+		{"first there", []string{"eth1", "ens5"}, links("eth1", "ens5"), "eth1", nil},
+		{"second there", []string{"eth1", "ens5"}, links("lo", "ens5"), "ens5", nil},
+		{"none there", []string{"eth1", "ens5"}, links("lo", "eth0"), "",
+			[]string{`node "node-b"`, `"eth1", "ens5"`, `"uplink" list`}},
+		{"lookup fails", []string{"eth1", "ens5"}, func(n string) (bool, error) {
+			if n == "eth1" {
+				return false, errors.New("netlink: EBUSY")
+			}
+			return true, nil
+		}, "", []string{`candidate "eth1"`, "EBUSY"}},
+	} {
+		got, err := ChooseUplink("node-b", tc.candidates, tc.exists)
+		if tc.wantErr == nil {
+			if err != nil || got != tc.want {
+				t.Errorf("%s: ChooseUplink = %q, %v; want %q", tc.name, got, err, tc.want)
+			}
+			continue
+		}
+		if err == nil || got != "" {
+			t.Errorf("%s: ChooseUplink = %q, %v; want an error", tc.name, got, err)
+			continue
+		}
+		for _, s := range tc.wantErr {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: error %q does not name %s", tc.name, err, s)
+			}
 		}
 	}
 }

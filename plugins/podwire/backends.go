@@ -34,9 +34,10 @@ type nodeReader interface {
 	// checkUplink fails when the uplink cannot carry VLANs: missing, or
 	// holding a global address (vlanbridge.CheckUplinkAddresses).
 	checkUplink(name string) error
-	// vlanEnv reads what planning a VLAN port p with uplink ("" for none)
-	// depends on (vlanbridge.ReadEnv).
-	vlanEnv(p *vlanbridge.Port, uplink string) vlanbridge.Env
+	// vlanEnv reads what planning a VLAN port p with the uplink
+	// candidates uplinks (none for no uplink) depends on, the uplink this
+	// node uses among them too (vlanbridge.ReadEnv).
+	vlanEnv(p *vlanbridge.Port, uplinks []string) vlanbridge.Env
 }
 
 // routeTable holds the node routes to forwarding pods (podwire.io/routes).

@@ -47,8 +47,8 @@ func (linuxLinks) checkUplink(name string) error {
 	return err
 }
 
-func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplink string) vlanbridge.Env {
-	return vlanbridge.ReadEnv(p, uplink)
+func (linuxLinks) vlanEnv(p *vlanbridge.Port, uplinks []string) vlanbridge.Env {
+	return vlanbridge.ReadEnv(p, uplinks)
 }
 
 func (linuxLinks) addRoutes(r []forwarding.Route) error   { return forwarding.AddRoutes(r) }

@@ -205,4 +205,4 @@ func present(c *nftfake.Conn, e nft.Elements) nft.Elements {
 
 // vlanEnv: no name clash, no bridge yet, no uplink MTU (an ADD that needs
 // the VLAN wiring then fails in fakeVLAN, saying it is not faked).
-func (f *fakeLinks) vlanEnv(*vlanbridge.Port, string) vlanbridge.Env { return vlanbridge.Env{} }
+func (f *fakeLinks) vlanEnv(*vlanbridge.Port, []string) vlanbridge.Env { return vlanbridge.Env{} }

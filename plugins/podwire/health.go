@@ -43,12 +43,8 @@ func (p *plugin) readHealth(conf *config.NetConf, env nodetables.Env, nftOK func
 		h.Unavailable = append(h.Unavailable, fmt.Sprintf("stateDir %q unwritable: %v", conf.StateDir, err))
 	}
 	h.Warnings = append(h.Warnings, conf.Warnings...)
-	if conf.Uplink != "" {
-		if err := p.node.linkExists(conf.Uplink); err != nil {
-			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink %q missing: the ADD of pods that need a VLAN fails until it is back; other pods are not affected", conf.Uplink))
-		} else if err := p.node.checkUplink(conf.Uplink); err != nil {
-			h.Warnings = append(h.Warnings, fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err))
-		}
+	if w := p.uplinkWarning(conf); w != "" {
+		h.Warnings = append(h.Warnings, w)
 	}
 	if len(conf.Forwarding.Namespaces) > 0 {
 		if w := p.sysctls.rpFilterWarning(); w != "" {

@@ -114,7 +114,7 @@ func (p *plugin) readEnv(in *planInput) nodeEnv {
 	}
 	// A VLAN the pod may not have is the plan's refusal: nothing to read.
 	if v, err := wantedVLAN(in); err == nil && v != nil {
-		env.vlan = p.node.vlanEnv(vlanbridge.PortOf(v, in.netns), v.Uplink)
+		env.vlan = p.node.vlanEnv(vlanbridge.PortOf(v, in.netns), in.conf.Uplinks())
 	}
 	if claims(in) {
 		env.held, env.heldErr = readHeld(in.conf.StateDir)

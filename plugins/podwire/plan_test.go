@@ -101,9 +101,9 @@ func TestPlanAttachment(t *testing.T) {
 				}
 			}},
 		{name: "VLAN access port, MTU from the uplink", conf: strings.Replace(planConf, `"name":"n"`, `"name":"n","uplink":"eth1"`, 1),
-			ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{UplinkMTU: 9000}}, check: func(t *testing.T, p *attachmentPlan) {
+			ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{Uplink: "eth1", UplinkMTU: 9000}}, check: func(t *testing.T, p *attachmentPlan) {
 				v := p.rec.VLAN
-				if v == nil || v.PVID != 100 || v.MTU != 9000 || !v.PortCheck || v.HostVeth != vlanbridge.HostVethName("c1", "eth0") {
+				if v == nil || v.PVID != 100 || v.Uplink != "eth1" || v.MTU != 9000 || !v.PortCheck || v.HostVeth != vlanbridge.HostVethName("c1", "eth0") {
 					t.Errorf("VLAN: %+v", v)
 				}
 				if len(p.elems[vlanbridge.PortCheckID]) == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
@@ -22,7 +23,8 @@ import (
 
 // wantedVLAN is the VLAN attachment in asks for before the node is
 // consulted (names, VLANs, the config's MTU), nil for none; readEnv reads
-// the node for it and plan completes it. The error is a name clash with the
+// the node for it and plan completes it (the uplink this node uses among
+// the config's candidates, its MTU). The error is a name clash with the
 // primary interface.
 func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 	pvid, tagged := uint16(in.conf.VLAN), in.conf.TrunkVLANs
@@ -50,7 +52,6 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 		MAC:       vlanbridge.PodMAC(in.containerID, in.ifName).String(),
 		PVID:      pvid,
 		Tagged:    tagged,
-		Uplink:    in.conf.Uplink,
 		MTU:       in.conf.MTU,
 		IPs:       ann.VLANIPs,
 	}
@@ -77,8 +78,10 @@ func planPortCheck(in *planInput, v *state.VLANAttachment) {
 }
 
 // planVLAN decides the attachment and refuses, before anything changes, a name
-// clash, a foreign bridge without VLAN filtering and an uplink with a global
-// address.
+// clash, a foreign bridge without VLAN filtering, a node where no uplink
+// candidate is a link and an uplink with a global address. The record keeps
+// the uplink chosen, so DEL, GC and CHECK use the one ADD used whatever the
+// node holds by then.
 func planVLAN(in *planInput, rec *state.Record) error {
 	v, err := wantedVLAN(in)
 	if err != nil || v == nil {
@@ -163,4 +166,23 @@ func (x *invocation) checkVLAN() error {
 		return nil
 	}
 	return x.vlan.checkVLAN(vlanbridge.PortOf(v, x.args.Netns), v.Uplink, v.VLANs())
+}
+
+// uplinkWarning is STATUS's warning about the uplink of conf, "" for none:
+// no candidate is a link of the node, or the one this node uses cannot carry
+// VLANs. Either fails only the ADD of a pod that needs a VLAN.
+func (p *plugin) uplinkWarning(conf *config.NetConf) string {
+	cands := conf.Uplinks()
+	if len(cands) == 0 {
+		return ""
+	}
+	// STATUS only warns: a candidate that cannot be looked up counts as absent.
+	up, _ := vlanbridge.ChooseUplink("", cands, func(name string) (bool, error) { return p.node.linkExists(name) == nil, nil })
+	if up == "" {
+		return fmt.Sprintf("uplink %q missing: no candidate is a link of the node; the ADD of pods that need a VLAN fails until one is back; other pods are not affected", conf.Uplink)
+	}
+	if err := p.node.checkUplink(up); err != nil {
+		return fmt.Sprintf("uplink unusable: %v: the ADD of pods that need a VLAN fails; other pods are not affected", err)
+	}
+	return ""
 }
