@@ -145,6 +145,9 @@ type Forwarding struct {
 	// SourcePrefixes bound what podwire.io/allowed-source-prefixes may ask
 	// for; empty refuses the annotation.
 	SourcePrefixes []string `json:"sourcePrefixes,omitempty"`
+	// Notrack exempts forwarding pods' transit traffic (neither from nor
+	// to their own addresses) from connection tracking (pkg/transit).
+	Notrack bool `json:"notrack,omitempty"`
 }
 
 // ProbeSNAT configures the stateless load-balancer probe rewrite.

@@ -14,6 +14,7 @@ import (
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/transit"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
@@ -90,7 +91,19 @@ func shapes(t *testing.T) []shape {
 		{"egress-v4", e4, el4},
 		{"egress-v6", e6, el6},
 		{"egress-dual", eDual, elDual},
+		{"transit", transit.Table(), transitElements()},
 	}
+}
+
+// transitElements are the transit elements of a routed forwarding pod with
+// a route per family, and of a bridged one (its route only).
+func transitElements() nft.Elements {
+	e := nft.Elements{}
+	transit.AddElements(e, transit.Pod{HostIfName: "veth1234", Addresses: addrs("10.244.1.2", "fd00:244::2"),
+		Routes: prefixes("198.51.100.0/24", "2001:db8:100::/64"), Name: "nf/router"})
+	transit.AddElements(e, transit.Pod{HostIfName: "veth5678", Bridged: true, Addresses: addrs("10.244.1.3"),
+		Routes: prefixes("198.51.101.0/25"), Name: "nf/bridged"})
+	return e
 }
 
 // TestGolden compares each shape's text with testdata/NAME.nft (rewrite

@@ -335,6 +335,15 @@ func (counter) exprs(*builder) []expr.Any { return []expr.Any{&expr.Counter{}} }
 // Counter counts the packets and bytes that reach it.
 var Counter Stmt = counter{}
 
+type notrack struct{}
+
+func (notrack) String() string            { return "notrack" }
+func (notrack) exprs(*builder) []expr.Any { return []expr.Any{&expr.Notrack{}} }
+
+// Notrack exempts the packet from connection tracking (nft(8) "notrack";
+// only before conntrack's hook: prerouting or output at priority raw).
+var Notrack Stmt = notrack{}
+
 // write is "ip6 saddr set ADDR": a stateless address rewrite.
 type write struct {
 	f Field

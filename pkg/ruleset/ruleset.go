@@ -17,14 +17,15 @@ import (
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/transit"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
 // Tables are the tables conf wants on a node described by env, in a stable
 // order: the source check of routed and of bridged pods (when sourceCheck
 // is on), the bridge port check
-// (when VLANs are allowed at all: allowedVLANs or vlanGrants), then the
-// node tables.
+// (when VLANs are allowed at all: allowedVLANs or vlanGrants), the transit
+// table (forwarding.notrack), then the node tables.
 func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 	var out []*nft.Table
 	if conf.SourceCheckEnabled() {
@@ -33,13 +34,16 @@ func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 	if len(conf.AllowedVLANSet) > 0 || len(conf.GrantedVLANSet) > 0 {
 		out = append(out, vlanbridge.PortCheckTable())
 	}
+	if conf.Forwarding.Notrack {
+		out = append(out, transit.Table())
+	}
 	return append(out, nodetables.Tables(conf, env)...)
 }
 
 // Known are every table podwire may own: a present one that the config no
 // longer wants is deleted by Ensure.
 func Known() []nft.ID {
-	return append([]nft.ID{sourcecheck.ID, sourcecheck.BridgeID, vlanbridge.PortCheckID}, nodetables.IDs()...)
+	return append([]nft.ID{sourcecheck.ID, sourcecheck.BridgeID, vlanbridge.PortCheckID, transit.ID}, nodetables.IDs()...)
 }
 
 // Elements are the set elements of one attachment. The source check's
@@ -64,6 +68,18 @@ func addElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
 			Name:            comment,
 			Bridged:         rec.HostBridge != "",
 		})
+	}
+	if conf.Forwarding.Notrack && (rec.Forwarding || len(rec.Routes) > 0) {
+		// What a forwarding pod sends from other sources, and what goes to
+		// any pod's routes, is transit.
+		p := transit.Pod{Bridged: rec.HostBridge != "", Name: comment}
+		if rec.Forwarding {
+			p.HostIfName, p.Addresses = rec.HostIfName, rec.Addresses
+		}
+		for _, r := range rec.Routes {
+			p.Routes = append(p.Routes, r.Dst)
+		}
+		transit.AddElements(e, p)
 	}
 	nodetables.AddElements(e, conf, rec)
 }

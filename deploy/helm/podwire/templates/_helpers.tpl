@@ -28,6 +28,7 @@ capability are always written.
 {{- if kindIs "map" $c.forwarding.namespaceSelector }}{{ $_ := set $fw "namespaceSelector" $c.forwarding.namespaceSelector }}{{ end -}}
 {{- with $c.forwarding.routablePrefixes }}{{ $_ := set $fw "routablePrefixes" . }}{{ end -}}
 {{- with $c.forwarding.sourcePrefixes }}{{ $_ := set $fw "sourcePrefixes" . }}{{ end -}}
+{{- if $c.forwarding.notrack }}{{ $_ := set $fw "notrack" true }}{{ end -}}
 {{- with $fw }}{{ $_ := set $e "forwarding" . }}{{ end -}}
 {{- $ps := dict -}}
 {{- with $c.probeSNAT.preset }}{{ $_ := set $ps "preset" . }}{{ end -}}
