@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/vlanbridge"
@@ -25,8 +27,9 @@ type NodeOptions struct {
 	// Bridge is the node bridge; it is deleted only when marked as
 	// podwire's (alias vlanbridge.Alias) and no pod port is left on it.
 	Bridge string
-	// Uplink is the NIC podwire enslaved to the bridge as a trunk; it is
-	// released (never deleted) when the bridge goes.
+	// Uplink is the config's uplink key: the NIC candidates, one of which
+	// podwire enslaved to the bridge as a trunk; it is released (never
+	// deleted) when the bridge goes.
 	Uplink string
 	// Force removes the node resources even while attachments are recorded
 	// (their pods lose source checks and egress SNAT at once).
@@ -203,7 +206,8 @@ func CheckNoAttachments(stateDir string) error {
 }
 
 // removeBridge deletes the node bridge when it is ours and only the uplink
-// (if any) is enslaved to it; the uplink is released first.
+// (if any: a candidate of uplink, the config's key) is enslaved to it; the
+// uplink is released first.
 func removeBridge(name, uplink string, res *NodeResult) error {
 	if name == "" {
 		return nil
@@ -223,13 +227,15 @@ func removeBridge(name, uplink string, res *NodeResult) error {
 	if err != nil {
 		return fmt.Errorf("failed to list links: %w", err)
 	}
-	var uplinks, ports []netlink.Link
+	// Any candidate that is a port is the uplink ADD chose on this node.
+	uplinks, _ := config.ParseUplinks(uplink)
+	var enslaved, ports []netlink.Link
 	for _, l := range links {
 		if l.Attrs().MasterIndex != br.Attrs().Index {
 			continue
 		}
-		if uplink != "" && l.Attrs().Name == uplink {
-			uplinks = append(uplinks, l)
+		if slices.Contains(uplinks, l.Attrs().Name) {
+			enslaved = append(enslaved, l)
 		} else {
 			ports = append(ports, l)
 		}
@@ -242,7 +248,7 @@ func removeBridge(name, uplink string, res *NodeResult) error {
 		res.Kept = append(res.Kept, fmt.Sprintf("bridge %q: ports left (%s)", name, strings.Join(names, ", ")))
 		return nil
 	}
-	for _, u := range uplinks {
+	for _, u := range enslaved {
 		if err := netlink.LinkSetNoMaster(u); err != nil {
 			return fmt.Errorf("failed to release uplink %q from bridge %q: %w", u.Attrs().Name, name, err)
 		}

@@ -199,8 +199,10 @@ func (st *nodeStatus) readTables(p *plugin, conf *config.NetConf, env nodetables
 	return nil
 }
 
-// readLinks reads the node bridge and the uplink.
+// readLinks reads the node bridge and the uplink this node uses (the first
+// candidate that is a link; the config's value when none is).
 func (st *nodeStatus) readLinks(conf *config.NetConf) {
+	uplink, _ := vlanbridge.FindUplink(conf.Uplinks())
 	st.Bridge = cliapi.Link{Name: conf.Bridge}
 	links, _ := netlinksafe.LinkList()
 	if br, err := netlinksafe.LinkByName(conf.Bridge); err == nil {
@@ -211,7 +213,7 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 			st.Bridge.VLANFiltering = *b.VlanFiltering
 		}
 		for _, l := range links {
-			if l.Attrs().MasterIndex == br.Attrs().Index && l.Attrs().Name != conf.Uplink {
+			if l.Attrs().MasterIndex == br.Attrs().Index && l.Attrs().Name != uplink {
 				st.Bridge.Ports++
 			}
 		}
@@ -220,7 +222,11 @@ func (st *nodeStatus) readLinks(conf *config.NetConf) {
 		return
 	}
 	st.Uplink = &cliapi.Link{Name: conf.Uplink}
-	up, err := netlinksafe.LinkByName(conf.Uplink)
+	if uplink == "" {
+		return // a warning of readHealth
+	}
+	st.Uplink.Name = uplink
+	up, err := netlinksafe.LinkByName(uplink)
 	if err != nil {
 		return // a warning of readHealth
 	}
