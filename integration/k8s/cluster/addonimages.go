@@ -13,7 +13,7 @@ import (
 	"github.com/podwire/podwire/internal/ociimage"
 )
 
-// The add-ons' images (flannel, kube-proxy, agnhost) are built here with
+// The add-ons' images (flannel, kube-proxy, CoreDNS, agnhost) are built here with
 // internal/ociimage from binaries the run built from source and from the
 // host's own programs (nft and iptables with their shared libraries,
 // busybox), and pushed to the run's registry (StartRegistry): the nodes'
@@ -124,6 +124,20 @@ func KubeProxyImage(k8sBinDir string) (v1.Image, error) {
 		return nil, err
 	}
 	return ociimage.Image(append(files, f), ociimage.Config{Entrypoint: []string{KubeProxyBin}, Env: []string{"PATH=" + imagePath}})
+}
+
+// CoreDNSBin is where CoreDNSImage puts coredns (its own image's path).
+const CoreDNSBin = "/coredns"
+
+// CoreDNSImage holds coredns (from dir, scripts/coredns-build.sh's output)
+// at CoreDNSBin, its entrypoint, as CoreDNS's image has it; statically
+// linked, it needs nothing else.
+func CoreDNSImage(dir string) (v1.Image, error) {
+	f, err := binFile(filepath.Join(dir, "coredns"), CoreDNSBin)
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image([]ImageFile{f}, ociimage.Config{Entrypoint: []string{CoreDNSBin}, Env: []string{"PATH=" + imagePath}})
 }
 
 // AgnhostImage holds agnhost (from k8sBinDir) at /agnhost, its entrypoint,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -11,7 +12,7 @@ import (
 // The add-ons' manifests, as their projects ship them, with the run's
 // values in double braces (each file's header lists its changes).
 //
-//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml
+//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml addons/coredns.yaml
 var addons embed.FS
 
 // renderAddon reads addons/name and replaces each {{KEY}} with vals[KEY];
@@ -76,6 +77,49 @@ func (c *Cluster) InstallFlannel(ctx context.Context, image string) error {
 	}
 	return c.WaitNodesReady(ctx)
 }
+
+// InstallCoreDNS applies CoreDNS as kubeadm deploys it (kube-system's
+// coredns Deployment of two replicas and the kube-dns Service at
+// ClusterDNS, whose first address the kubelets give pods as their
+// nameserver),
+// running image, and waits until both replicas are Ready.
+func (c *Cluster) InstallCoreDNS(ctx context.Context, image string) error {
+	policy, ips := "SingleStack", []string{}
+	for _, a := range c.ClusterDNS() {
+		ips = append(ips, fmt.Sprintf("%q", a))
+	}
+	if len(ips) > 1 {
+		policy = "RequireDualStack"
+	}
+	m, err := renderAddon("coredns.yaml", map[string]string{
+		"COREDNS_IMAGE": image, "IP_FAMILY_POLICY": policy, "CLUSTER_IP": ips[0], "CLUSTER_DNS": "[" + strings.Join(ips, ", ") + "]",
+	})
+	if err != nil {
+		return err
+	}
+	return c.applyAndRollOut(ctx, m, "kube-system", "deploy/coredns")
+}
+
+// ClusterDNS is the kube-dns Service's ClusterIPs: the 10th address of
+// ServiceCIDR (and of ServiceCIDR6 when dual-stack), as kubeadm picks it;
+// the first is the kubelets' clusterDNS.
+func (c *Cluster) ClusterDNS() []netip.Addr {
+	tenth := func(p netip.Prefix) netip.Addr {
+		a := p.Addr()
+		for range 10 {
+			a = a.Next()
+		}
+		return a
+	}
+	dns := []netip.Addr{tenth(ServiceCIDR)}
+	if c.opts.DualStack {
+		dns = append(dns, tenth(ServiceCIDR6))
+	}
+	return dns
+}
+
+// ClusterDomain is the kubelets' clusterDomain, the zone CoreDNS serves.
+const ClusterDomain = "cluster.local"
 
 // applyAndRollOut applies manifests and waits for what's rollout.
 func (c *Cluster) applyAndRollOut(ctx context.Context, manifests, namespace, what string) error {

@@ -624,7 +624,10 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 // cgroup v1; containerd 1.6 does not implement RuntimeConfig, so the driver
 // is set here); oomScoreAdj 0 (root lacks CAP_SYS_RESOURCE);
 // protectKernelDefaults with the fake /proc/sys files of the holder;
-// eviction and image GC thresholds out of the way of a shared disk.
+// eviction and image GC thresholds out of the way of a shared disk;
+// clusterDNS and clusterDomain as kubeadm sets them: the kube-dns
+// Service's first address (Cluster.ClusterDNS, InstallCoreDNS), the one
+// nameserver of the pods' resolv.conf.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
@@ -647,6 +650,8 @@ healthzBindAddress: 127.0.0.1
 containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
 volumePluginDir: {{dir}}/volume-plugins
 podLogsDir: /var/log/pods
+clusterDNS: ["{{clusterDNS}}"]
+clusterDomain: {{clusterDomain}}
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -658,7 +663,8 @@ evictionHard:
 `
 
 func (n *Node) startKubelet() error {
-	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir).Replace(kubeletConfig)
+	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir,
+		"{{clusterDNS}}", n.c.ClusterDNS()[0].String(), "{{clusterDomain}}", ClusterDomain).Replace(kubeletConfig)
 	path := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
