@@ -105,6 +105,21 @@ func TestForwardingNotrack(t *testing.T) {
 			if !notrack && err == nil {
 				t.Fatalf("control: the asymmetric transit flow passed a tracking node that drops INVALID (the pass above proves nothing)")
 			}
+			if !notrack {
+				return
+			}
+			// DEL takes the pod's transit elements, intervals included.
+			if err := f.Del(); err != nil {
+				t.Fatalf("DEL: %v", err)
+			}
+			out := nftList(t, n.NS)
+			i := strings.Index(out, "table inet podwire-transit")
+			if i < 0 {
+				t.Fatalf("transit table gone after the DEL (the config still wants it):\n%s", out)
+			}
+			if table, _, _ := strings.Cut(out[i+1:], "\ntable "); strings.Contains(table, "elements") {
+				t.Fatalf("transit table after the DEL (want it present and empty):\n%s", out)
+			}
 		})
 	}
 }
