@@ -91,25 +91,46 @@ func permanentNeighbours(index int) ([]netlink.Neigh, error) {
 	return perm, nil
 }
 
-// WaitOperUp waits, polling every millisecond for at most timeout, until the
-// interface name in the calling thread's netns is operationally up. For a
-// bridge port this means the bridge forwards on it: the link watch work sets
-// the operational state and enables the port in one RTNL section
+// WaitOperUp waits at most timeout until the interface name in the calling
+// thread's netns is operationally up, driven by the kernel's link
+// notifications (RTNLGRP_LINK: subscribed before the first read, so no
+// change is missed between them), not by polling. For a bridge port up
+// means the bridge forwards on it: the link watch work sets the
+// operational state and enables the port in one RTNL section
 // (linkwatch_do_dev, then NETDEV_CHANGE to br_device_event), and any later
 // RTM_SETLINK waits for RTNL.
 func WaitOperUp(name string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	updates := make(chan netlink.LinkUpdate, 16)
+	done := make(chan struct{})
+	defer close(done)
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{}); err != nil {
+		return fmt.Errorf("failed to subscribe to link notifications: %w", err)
+	}
+	l, err := netlinksafe.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("failed to find %q: %w", name, err)
+	}
+	state := l.Attrs().OperState
+	if state == netlink.OperUp {
+		return nil
+	}
+	idx := l.Attrs().Index
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	for {
-		l, err := netlinksafe.LinkByName(name)
-		if err != nil {
-			return fmt.Errorf("failed to find %q: %w", name, err)
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				return fmt.Errorf("link notifications ended while waiting for %q (still %s)", name, state)
+			}
+			if u.Attrs().Index != idx {
+				continue
+			}
+			if state = u.Attrs().OperState; state == netlink.OperUp {
+				return nil
+			}
+		case <-timer.C:
+			return fmt.Errorf("%q is still %s after %s", name, state, timeout)
 		}
-		if l.Attrs().OperState == netlink.OperUp {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%q is still %s after %s", name, l.Attrs().OperState, timeout)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

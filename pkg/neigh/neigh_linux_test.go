@@ -4,6 +4,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,28 @@ func TestAnnounceMovesNeighbourEntries(t *testing.T) {
 		if got, perm := neighMAC(t, pod, "e0", a); got != "02:00:00:00:00:fe" || !perm {
 			t.Errorf("pod's permanent entry for %s is %q (permanent %v) after Announce", a, got, perm)
 		}
+	}
+}
+
+// TestWaitOperUp: WaitOperUp returns once the link's carrier comes up (the
+// veth's peer set up later, seen as a link notification), and fails naming
+// the state when it never does.
+func TestWaitOperUp(t *testing.T) {
+	a, b := testns.New(t), testns.New(t)
+	ip(t, a, "link", "add", "e0", "type", "veth", "peer", "name", "e1", "netns", filepath.Base(b.Path()))
+	ip(t, a, "link", "set", "e0", "up") // no carrier until e1 is up: e0 is lowerlayerdown
+	errs := make(chan error, 1)
+	go func() {
+		errs <- a.Do(func(ns.NetNS) error { return WaitOperUp("e0", 10*time.Second) })
+	}()
+	time.Sleep(100 * time.Millisecond)
+	ip(t, b, "link", "set", "e1", "up")
+	if err := <-errs; err != nil {
+		t.Fatalf("WaitOperUp after the peer came up: %v", err)
+	}
+	ip(t, b, "link", "set", "e1", "down")
+	err := a.Do(func(ns.NetNS) error { return WaitOperUp("e0", 200*time.Millisecond) })
+	if err == nil || !strings.Contains(err.Error(), "still") {
+		t.Fatalf("WaitOperUp of a link without carrier: %v, want an error naming its state", err)
 	}
 }
