@@ -49,7 +49,7 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -114,8 +114,17 @@ k8s-bins:
 	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
 	scripts/coredns-build.sh $(COREDNS_VERSION) $(CURDIR)/.cache
 
+# The environment of the Kubernetes suites: the builds of k8s-bins and the
+# agent's images.
+K8S_TEST_ENV = PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+
 test-k8s: deps image image-upgrade tools k8s-bins
-	PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+	$(K8S_TEST_ENV) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+
+# Every [sig-network] [Conformance] spec the multi-node cluster can run,
+# beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go).
+test-conformance: deps image image-upgrade tools k8s-bins
+	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh

@@ -78,7 +78,9 @@ func PauseRegistryImage(dir string) (v1.Image, error) {
 // host's dash as
 // /bin/sh, curl, OpenBSD's nc and busybox for the small tools (grep, cat,
 // ...), each with its libraries (packages dash, curl, netcat-openbsd and
-// busybox-static, scripts/deps.list). Not busybox's sh: in a container
+// busybox-static, scripts/deps.list; busybox's nslookup resolves an
+// ExternalName Service and its seq counts the session affinity specs'
+// requests). Not busybox's sh: in a container
 // (with /proc) it runs its own applets first, and its nc has no -u.
 func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 	agnhost, err := binFile(filepath.Join(k8sBinDir, "agnhost"), "/agnhost")
@@ -106,7 +108,7 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		}
 		files = append(files, f...)
 	}
-	for _, applet := range []string{"cat", "grep", "hostname", "ls", "sleep", "timeout", "wget"} {
+	for _, applet := range []string{"cat", "grep", "hostname", "ls", "nslookup", "seq", "sleep", "timeout", "wget"} {
 		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
 	}
 	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})

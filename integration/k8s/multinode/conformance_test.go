@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,26 +18,28 @@ import (
 )
 
 // conformanceSpecs is the fixed subset of Kubernetes' own e2e suite that
-// TestConformance runs: `[sig-network] ... [Conformance]` specs of v1.37.2
-// (47 in all) that move packets between pods, nodes and Services across
-// the two nodes and need no image but agnhost (and pause), and no cluster
-// DNS. The
-// DNS specs need CoreDNS and glibc-dns-testing; the Services specs that
-// check reachability with jig.CheckServiceReachability ("should serve a
-// basic endpoint from pods", "... multiport endpoints ...", "... a
-// functioning NodePort service", the session affinity and type change
-// specs) also dial the Service by its name, so they need CoreDNS too; most
-// of the rest only call the API. Each is the spec's name as `e2e.test
-// --list-tests` prints it, without its tags: the run selects them by name
-// (--ginkgo.focus) among the specs labelled Conformance
-// (--ginkgo.label-filter).
+// TestConformance runs in `make test-k8s`: `[sig-network] ...
+// [Conformance]` specs of v1.37.2 (47 in all) that move packets between
+// pods, nodes and Services across the two nodes and need no image but
+// agnhost (and pause), and the cluster's DNS (CoreDNS, needDNS): the
+// Services specs that check reachability with jig.CheckServiceReachability
+// dial the Service by its name, and an ExternalName Service is resolved
+// with nslookup. conformanceMore is the rest that needs nothing else,
+// mostly specs that only call the API; with PODWIRE_CONFORMANCE_FULL set
+// (`make test-conformance`) TestConformance runs both. Each is the spec's
+// name as `e2e.test --list-tests` prints it, without its tags: the run
+// selects them by name (--ginkgo.focus) among the specs labelled
+// Conformance (--ginkgo.label-filter).
 //
-// Excluded because it also fails without podwire in the chain: "[sig-network]
-// HostPort validates that there is no conflict between pods with same
-// hostPort but different hostIP and protocol". Its first check, from a
-// host-network pod, `curl --interface NODE_IP http://127.0.0.1:HOSTPORT`
-// to the pod whose hostPort is bound to hostIP 127.0.0.1, is refused on
-// this cluster with podwire chained and equally with podwire uninstalled
+// Not run: the 8 DNS specs, whose probes run dig in agnhost and in the
+// glibc-dns-testing image (neither is built here: agnhost's image holds
+// the tools of the Services specs only); and, because it also fails
+// without podwire in the chain, "[sig-network] HostPort validates that
+// there is no conflict between pods with same hostPort but different
+// hostIP and protocol". Its first check, from a host-network pod, `curl
+// --interface NODE_IP http://127.0.0.1:HOSTPORT` to the pod whose hostPort
+// is bound to hostIP 127.0.0.1, is refused on this cluster with podwire
+// chained and equally with podwire uninstalled
 // (PODWIRE_CONFORMANCE_NO_PODWIRE=1, chain flannel then portmap; run of
 // 2026-11-24: 8 of the 9 specs then passed, HostPort failed with "Can not
 // connect from e2e-host-exec to pod(pod1) to serverIP: 127.0.0.1" five
@@ -58,6 +61,49 @@ var conformanceSpecs = []string{
 	"[sig-network] Proxy version v1 A set of valid responses are returned for both pod and service Proxy",
 	"[sig-network] Proxy version v1 A set of valid responses are returned for both pod and service ProxyWithPath",
 	"[sig-network] Proxy version v1 should proxy through a service and a pod",
+	// An exec pod dials the Service by its name (CoreDNS through
+	// kube-proxy), by its ClusterIP and, for NodePort, every node's
+	// addresses; with the type changed, an ExternalName Service resolves
+	// to another Service's name.
+	"[sig-network] Services should serve a basic endpoint from pods",
+	"[sig-network] Services should serve multiport endpoints from pods",
+	"[sig-network] Services should be able to create a functioning NodePort service",
+	"[sig-network] Services should be able to change the type from ClusterIP to ExternalName",
+	"[sig-network] Services should be able to change the type from ExternalName to ClusterIP",
+	"[sig-network] Services should be able to change the type from ExternalName to NodePort",
+	"[sig-network] Services should be able to change the type from NodePort to ExternalName",
+}
+
+// conformanceMore is what PODWIRE_CONFORMANCE_FULL adds to
+// conformanceSpecs: every other `[sig-network] [Conformance]` spec but
+// those above that are not run.
+var conformanceMore = []string{
+	// ClientIP session affinity through kube-proxy, switched on and off,
+	// from an exec pod with curl.
+	"[sig-network] Services should have session affinity work for service with type clusterIP",
+	"[sig-network] Services should have session affinity work for NodePort service",
+	"[sig-network] Services should be able to switch session affinity for service with type clusterIP",
+	"[sig-network] Services should be able to switch session affinity for NodePort service",
+	// The API only: objects created, listed, watched, mirrored and deleted.
+	"[sig-network] API Server should have Endpoints and EndpointSlices pointing to API Server",
+	"[sig-network] API Server should provide secure master service",
+	"[sig-network] EndpointSlice should create Endpoints and EndpointSlices for Pods matching a Service",
+	"[sig-network] EndpointSlice should create and delete EndpointSlices for a Service with a selector that matches no pods",
+	"[sig-network] EndpointSlice should support a Service with multiple endpoint IPs specified in multiple EndpointSlices",
+	"[sig-network] EndpointSlice should support a Service with multiple ports specified in multiple EndpointSlices",
+	"[sig-network] EndpointSlice should support creating EndpointSlice API operations",
+	"[sig-network] EndpointSliceMirroring should mirror a custom Endpoints resource through create update and delete",
+	"[sig-network] Endpoints should test the lifecycle of an Endpoint",
+	"[sig-network] EndpointsController should create Endpoints for Pods matching a Service",
+	"[sig-network] EndpointsController should create and delete Endpoints for a Service with a selector that matches no pods",
+	"[sig-network] Ingress API should support creating Ingress API operations",
+	"[sig-network] IngressClass API should support creating IngressClass API operations",
+	"[sig-network] Service endpoints latency should not be very high",
+	"[sig-network] ServiceCIDR and IPAddress API should support IPAddress API operations",
+	"[sig-network] ServiceCIDR and IPAddress API should support ServiceCIDR API operations",
+	"[sig-network] Services should complete a service status lifecycle",
+	"[sig-network] Services should delete a collection of services",
+	"[sig-network] Services should find a service from listing all namespaces",
 }
 
 // TestConformance runs conformanceSpecs of Kubernetes' e2e suite
@@ -66,11 +112,13 @@ var conformanceSpecs = []string{
 // after flannel. The images the specs use are agnhost (built from
 // test/images/agnhost) and pause (the cluster's own), pushed to the run's
 // registry under the names e2e.test asks for (--list-images) once its
-// registries are remapped there with KUBE_TEST_REPO_LIST. e2e.test runs in
+// registries are remapped there with KUBE_TEST_REPO_LIST; the cluster's
+// DNS is CoreDNS (needDNS). e2e.test runs in
 // node 1's netns as kubectl does; its log, JUnit and JSON reports are in
 // the run's conformance directory. It prints each spec's state and time
 // and the number of specs run and passed, and fails if one did not pass,
-// or if the suite ran another number of specs than the subset's. With
+// or if the suite ran another number of specs than listed. With
+// PODWIRE_CONFORMANCE_FULL set it runs conformanceMore too. With
 // PODWIRE_CONFORMANCE_NO_PODWIRE set it is the control: the same specs
 // with podwire uninstalled (withoutPodwire), to tell whether a failure is
 // podwire's.
@@ -80,7 +128,11 @@ func TestConformance(t *testing.T) {
 	if e2eBin == "" {
 		t.Fatal("needs PODWIRE_E2E, the e2e.test of scripts/e2e-build.sh: run it with make test-k8s")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	specs, timeout := conformanceSpecs, 8*time.Minute
+	if os.Getenv("PODWIRE_CONFORMANCE_FULL") != "" {
+		specs, timeout = append(slices.Clone(conformanceSpecs), conformanceMore...), 25*time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	dir := filepath.Join(c.Dir, "conformance")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -91,19 +143,20 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushE2EImages(ctx, t, e2eBin, repoList)
+	needDNS(t)
 	if os.Getenv("PODWIRE_CONFORMANCE_NO_PODWIRE") != "" {
 		withoutPodwire(ctx, t)
 	}
 
-	focus := make([]string, len(conformanceSpecs))
-	for i, s := range conformanceSpecs {
+	focus := make([]string, len(specs))
+	for i, s := range specs {
 		focus[i] = regexp.QuoteMeta(s)
 	}
 	report := filepath.Join(dir, "report.json")
 	cmd, err := c.E2ECommand(ctx, e2eBin, repoList,
 		"--provider=skeleton", "--report-dir="+dir, "--disable-log-dump",
 		"--ginkgo.label-filter=Conformance", "--ginkgo.focus="+strings.Join(focus, "|"),
-		"--ginkgo.json-report="+report, "--ginkgo.no-color", "--ginkgo.timeout=7m")
+		"--ginkgo.json-report="+report, "--ginkgo.no-color", fmt.Sprintf("--ginkgo.timeout=%v", timeout-time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +171,12 @@ func TestConformance(t *testing.T) {
 	runErr := cmd.Run()
 	elapsed := time.Since(start)
 
-	specs, err := readGinkgoReport(report)
+	ran, err := readGinkgoReport(report)
 	if err != nil {
 		t.Fatalf("e2e.test (%v) wrote no report: %v\n%s", runErr, err, tail(logPath, 60))
 	}
 	run, passed := 0, 0
-	for _, s := range specs {
+	for _, s := range ran {
 		if s.State == "skipped" || s.State == "pending" {
 			continue // the thousands of specs outside the subset
 		}
@@ -135,9 +188,9 @@ func TestConformance(t *testing.T) {
 			t.Errorf("%s: %s\n%s", s.name(), s.State, s.Failure.Message)
 		}
 	}
-	fmt.Printf("conformance: %d of %d specs run, %d passed, in %.1fs\n", run, len(conformanceSpecs), passed, elapsed.Seconds())
-	if run != len(conformanceSpecs) {
-		t.Errorf("e2e.test ran %d specs, want the %d of conformanceSpecs (a name no longer matches?)", run, len(conformanceSpecs))
+	fmt.Printf("conformance: %d of %d specs run, %d passed, in %.1fs\n", run, len(specs), passed, elapsed.Seconds())
+	if run != len(specs) {
+		t.Errorf("e2e.test ran %d specs, want the %d listed (a name no longer matches?)", run, len(specs))
 	}
 	if runErr != nil || t.Failed() {
 		t.Errorf("e2e.test: %v; the log's end (all of it in %s):\n%s", runErr, logPath, tail(logPath, 60))
