@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -62,7 +63,9 @@ func TestForwardingNotrack(t *testing.T) {
 				return nil
 			})
 			t.Cleanup(func() {
-				n.Do(func() error { return runAll([][]string{{"nft", "delete", "table", "inet", "pwtest-invalid"}, {"nft", "delete", "table", "ip", "pwtest-svc"}}) })
+				n.Do(func() error {
+					return runAll([][]string{{"nft", "delete", "table", "inet", "pwtest-invalid"}, {"nft", "delete", "table", "ip", "pwtest-svc"}})
+				})
 			})
 			srv := listenTCP(t, be.ns, "0.0.0.0:0")
 
@@ -130,7 +133,14 @@ func conntrackFrom(t *testing.T, netns ns.NetNS, src netip.Addr) int {
 	t.Helper()
 	k := 0
 	if err := netns.Do(func(ns.NetNS) error {
-		flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+		var flows []*netlink.ConntrackFlow
+		var err error
+		for range 5 {
+			flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4) // dump retried
+			if !errors.Is(err, netlink.ErrDumpInterrupted) {
+				break
+			}
+		}
 		if err != nil {
 			return err
 		}

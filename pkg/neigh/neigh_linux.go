@@ -103,7 +103,7 @@ func WaitOperUp(name string, timeout time.Duration) error {
 	updates := make(chan netlink.LinkUpdate, 16)
 	done := make(chan struct{})
 	defer close(done)
-	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{}); err != nil {
+	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{}); err != nil { // no dump
 		return fmt.Errorf("failed to subscribe to link notifications: %w", err)
 	}
 	l, err := netlinksafe.LinkByName(name)
