@@ -42,6 +42,10 @@ GO=${GO:-go}
 # and there is no modprobe helper to load it on demand.
 MODULES="crc32c_generic bridge 8021q veth dummy nf_tables nft_meta_bridge
 nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct"
+# Modules copied to /lib/modules but not loaded at boot: the test that needs
+# one loads it (finit_module) and unloads it again, so that the rest of the
+# suite runs without it. Their dependencies must be in MODULES.
+ONDEMAND_MODULES="br_netfilter"
 
 log() { echo "vm-test: $*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
@@ -167,6 +171,11 @@ build_initramfs() {
 	for p in "${LOAD_ORDER[@]}"; do
 		copy_module "$p"
 		echo "$(basename "${p%%.ko*}").ko" >>"$ROOTFS/lib/modules/load.order"
+	done
+	for m in $ONDEMAND_MODULES; do
+		p=$(module_path "$m")
+		[ -n "$p" ] || die "module $m not found in $MODDIR/modules.dep"
+		copy_module "$p"
 	done
 
 	{
