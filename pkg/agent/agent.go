@@ -119,6 +119,9 @@ type Agent struct {
 	routes routeSync
 	// unknown is noteUnknown's memory (the drift loop's goroutine only).
 	unknown unknownSeen
+	// vlanLinks are the links of the VLAN wiring the last repair named
+	// (vlan.go), under mu.
+	vlanLinks map[string]bool
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -215,6 +218,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
+	// A change to a link of the VLAN wiring (a port's VLAN removed, the
+	// uplink taken off the bridge) is repaired at once, not at the tick.
+	links := a.subscribeLinks(ctx)
+	var vlanDue <-chan time.Time
 	// A primary's installer writes in several steps (temporary file,
 	// rename): settle briefly after a burst of events.
 	var settle <-chan time.Time
@@ -233,6 +240,20 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case err := <-watch.Errors:
 			a.log.Warn("conf dir watch", "error", err)
+		case u, ok := <-links:
+			if !ok {
+				links = nil
+				a.log.Warn("link notifications ended: VLAN drift is repaired at the drift tick only")
+				continue
+			}
+			if vlanDue == nil && a.watchesLink(u) {
+				vlanDue = time.After(vlanSettle)
+			}
+		case <-vlanDue:
+			vlanDue = nil
+			if !a.superseded() {
+				a.repair(ctx)
+			}
 		case <-settle:
 			settle = nil
 			if !a.superseded() {
@@ -382,6 +403,7 @@ func (a *Agent) repair(ctx context.Context) {
 	}
 	a.noteUnknown(ctx, res.Unknown, time.Now())
 	a.noteEgressErrors(ctx, res.Errors)
+	a.noteVLAN(ctx, res)
 	a.mu.Lock()
 	a.tablesVerified = true
 	a.mu.Unlock()

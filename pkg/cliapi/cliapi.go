@@ -109,6 +109,14 @@ type RepairResult struct {
 	// annotation outside egress.allowedCIDRs, an egress IP not assigned on
 	// the node.
 	Errors []string `json:"errors,omitempty"`
+	// VLANRepaired are the VLAN attachments whose node side (bridge, port
+	// VLANs, uplink) had drifted and was put back, one line each naming
+	// the pod and what differed; VLANErrors what could not be.
+	VLANRepaired []string `json:"vlanRepaired,omitempty"`
+	VLANErrors   []string `json:"vlanErrors,omitempty"`
+	// VLANLinks are the links of the node's VLAN wiring (bridges, pods'
+	// ports, uplinks): a change to one is a reason to repair at once.
+	VLANLinks []string `json:"vlanLinks,omitempty"`
 }
 
 // Drops counts what the source check dropped from one pod's interface

@@ -58,11 +58,21 @@ func EnsureTrunk(bridge, uplink string, vids []uint16) (*netlink.Bridge, error) 
 // CheckAttachment verifies the bridge (CheckBridge), the port p (CheckPort)
 // and the uplink ("" for none): a port of the bridge carrying vids tagged.
 func CheckAttachment(p *Port, uplink string, vids []uint16) error {
+	return checkAttachment(p, uplink, vids, CheckPort)
+}
+
+// CheckAttachmentNode is CheckAttachment of the node's side only (the pod's
+// end is the pod's): what a repair can put back.
+func CheckAttachmentNode(p *Port, uplink string, vids []uint16) error {
+	return checkAttachment(p, uplink, vids, CheckPortNode)
+}
+
+func checkAttachment(p *Port, uplink string, vids []uint16, checkPort func(*netlink.Bridge, *Port) error) error {
 	br, err := CheckBridge(p.Bridge)
 	if err != nil {
 		return err
 	}
-	if err := CheckPort(br, p); err != nil {
+	if err := checkPort(br, p); err != nil {
 		return err
 	}
 	if uplink == "" {

@@ -161,10 +161,9 @@ func DeletePort(hostVeth string) error {
 	return nil
 }
 
-// CheckPort verifies the port: host end enslaved to the bridge with exactly
-// its VLANs and MTU, pod end present in the pod's netns, up, with its MTU and
-// static addresses.
-func CheckPort(br *netlink.Bridge, p *Port) error {
+// CheckPortNode verifies the node side of the port: the host end enslaved
+// to the bridge with exactly its VLANs and MTU.
+func CheckPortNode(br *netlink.Bridge, p *Port) error {
 	host, err := netlinksafe.LinkByName(p.HostVeth)
 	if err != nil {
 		return fmt.Errorf("host veth %q: %w", p.HostVeth, err)
@@ -183,6 +182,15 @@ func CheckPort(br *netlink.Bridge, p *Port) error {
 	if !have.Equal(want) {
 		return fmt.Errorf("port %q has VLANs pvid=%d tagged=%v, want pvid=%d tagged=%v",
 			p.HostVeth, have.PVID, have.Tagged, want.PVID, want.Tagged)
+	}
+	return nil
+}
+
+// CheckPort verifies the node side of the port (CheckPortNode) and its pod
+// end in p.Netns: the interface, its MTU, MAC and addresses.
+func CheckPort(br *netlink.Bridge, p *Port) error {
+	if err := CheckPortNode(br, p); err != nil {
+		return err
 	}
 	return ns.WithNetNSPath(p.Netns, func(ns.NetNS) error {
 		l, err := netlinksafe.LinkByName(p.PodIfName)

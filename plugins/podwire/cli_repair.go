@@ -18,7 +18,8 @@ import (
 //	               [--unknown] [--drop-unknown IF,...]
 //
 // It runs ruleset.Repair, ADD's verify and apply of the node tables plus the
-// element-level verify of every record, without a pod: the node agent calls it every few seconds, so drift is repaired
+// element-level verify of every record, and the VLAN wiring's repair
+// (repairVLANs), without a pod: the node agent calls it every few seconds, so drift is repaired
 // without waiting for the next ADD. It prints JSON and exits 0 when the
 // tables are current (repaired or not), 1 otherwise.
 func cliRepair(args []string, stdout, stderr io.Writer) int {
@@ -88,6 +89,12 @@ func cliRepair(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	res.Errors = nodetables.Errors(nodetables.EnvWarnings(env))
+	if res.VLANRepaired, res.VLANLinks, err = repairVLANs(state.New(conf.StateDir)); err != nil {
+		res.VLANErrors = append(res.VLANErrors, err.Error())
+	}
+	if len(res.VLANRepaired) > 0 {
+		newLogger(conf).With("verb", "repair").Info("VLAN wiring repaired", "attachments", res.VLANRepaired)
+	}
 	res.Repaired = rep.Changed() || res.MissingElements > 0
 	if res.Repaired {
 		newLogger(conf).With("verb", "repair").Info("node tables repaired",
