@@ -47,9 +47,10 @@ import (
 // holds under either sysctl: a bridge-family "notrack" for frames entering
 // the bridge, at priority raw, before br_netfilter's hook (NF_BR_PRI_BRNF):
 // the IPv4 hooks then find the frame untracked, and NAT acts only on tracked
-// packets. Each case reads the DNAT rule's
-// counter (did the bridged SYN reach the IPv4 hooks?) and the answer the
-// client reads (whose server answered?).
+// packets.
+//
+// Each case reads the DNAT rule's counter (did the bridged SYN reach the IPv4
+// hooks?) and the answer the client reads (whose server answered?).
 func TestBrNetfilter(t *testing.T) {
 	require(t, capVLANFiltering)
 	loadBrNetfilter(t)
