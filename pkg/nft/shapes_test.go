@@ -80,9 +80,9 @@ func shapes(t *testing.T) []shape {
 		{"sourcecheck-forwarding", sourcecheck.Table(), nil}, // a forwarding pod has no elements
 		{"sourcecheck-allowed", sourcecheck.Table(), sourcecheck.Elements(allowed)},
 		{"sourcecheck-bridge", sourcecheck.BridgeTable(), sourcecheck.Elements(bridged)},
-		{"portcheck-access", vlanbridge.PortCheckTable(),
+		{"portcheck-access", vlanbridge.PortCheckTable([]string{"eth1"}),
 			vlanbridge.PortCheckElements("pw1234", "02:00:00:00:12:34", prefixes("192.0.2.10/24", "2001:db8:1::10/64"), false, "ns/pod")},
-		{"portcheck-trunk", vlanbridge.PortCheckTable(),
+		{"portcheck-trunk", vlanbridge.PortCheckTable([]string{"eth1"}),
 			vlanbridge.PortCheckElements("pw1234", "02:00:00:00:12:34", nil, true, "ns/pod")},
 		{"probe-azure", probe(`{"type":"podwire","probeSNAT":{"preset":"azure"}}`, up, 0), nil},
 		{"probe-custom-ipv4", probe(`{"type":"podwire","probeSNAT":{"rules":[{"from":"168.63.129.16","to":"10.0.0.250"}]}}`, up, 0), nil},
@@ -147,7 +147,7 @@ func TestHashFollowsText(t *testing.T) {
 			t.Errorf("%s: hash not stable", s.name)
 		}
 	}
-	if sourcecheck.Table().Hash() == vlanbridge.PortCheckTable().Hash() {
+	if sourcecheck.Table().Hash() == vlanbridge.PortCheckTable([]string{"eth1"}).Hash() {
 		t.Error("source check and port check share a hash")
 	}
 }

@@ -247,6 +247,22 @@ func Is(f Field, a netip.Addr) Stmt {
 	}}
 }
 
+// IsName matches the interface-name field f equal to name
+// ("iifname \"eth1\""), NUL padded to IFNAMSIZ as nft(8) sends it.
+func IsName(f Field, name string) Stmt {
+	return match{f: f, text: fmt.Sprintf("%q", name), encode: func() []expr.Any {
+		return []expr.Any{f.load(regFirst), &expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: IfNameKey(name)}}
+	}}
+}
+
+// HasNamePrefix matches the interface-name field f starting with prefix
+// ("iifname \"pwv*\"": nft(8) compares the prefix's bytes only).
+func HasNamePrefix(f Field, prefix string) Stmt {
+	return match{f: f, text: fmt.Sprintf("%q", prefix+"*"), encode: func() []expr.Any {
+		return []expr.Any{f.load(regFirst), &expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: []byte(prefix)}}
+	}}
+}
+
 // InPrefix matches f inside p ("ip6 saddr fe80::/10"), encoded as nft(8)
 // encodes it: the whole field loaded, masked, compared with the prefix.
 func InPrefix(f Field, p netip.Prefix) Stmt { return prefixMatch(f, p, expr.CmpOpEq) }

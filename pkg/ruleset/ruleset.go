@@ -32,7 +32,7 @@ func Tables(conf *config.NetConf, env nodetables.Env) []*nft.Table {
 		out = append(out, sourcecheck.Table(), sourcecheck.BridgeTable())
 	}
 	if len(conf.AllowedVLANSet) > 0 || len(conf.GrantedVLANSet) > 0 {
-		out = append(out, vlanbridge.PortCheckTable())
+		out = append(out, vlanbridge.PortCheckTable(conf.Uplinks()))
 	}
 	if conf.Forwarding.Notrack {
 		out = append(out, transit.Table())

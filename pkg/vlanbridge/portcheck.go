@@ -21,12 +21,26 @@ import (
 // its 802.1Q subinterfaces, unknown to podwire: a checked trunk port is in
 // "mac-only", pinned to its MAC alone.
 //
-// Why a bridge table: bridged frames never reach the inet hooks (podwire
-// turns nf_call_iptables off on its bridge), so the inet source check of the
-// primary interface cannot see them.
+// Why a bridge table: the inet source check of the primary interface does
+// not see bridged frames (podwire turns nf_call_iptables off on its bridge,
+// and with br_netfilter they reach the inet hooks as the bridge's, not the
+// port's).
+//
+// The first rules keep the VLAN segments (what enters the bridge from a
+// pod's port, "pwv" and a hash, or from the uplink) out of the node's
+// connection tracking: br_netfilter passes a bridged IPv4 frame to the IPv4 hooks
+// unless both the netns's net.bridge.bridge-nf-call-iptables and the
+// bridge's nf_call_iptables are 0 (br_nf_pre_routing,
+// net/bridge/br_netfilter_hooks.c), so the bridge attribute cannot opt out
+// where kube-proxy's installers set the sysctl to 1; there a Service's DNAT
+// would rewrite a tenant's bridged flow to a VIP it holds on its own VLAN.
+// Untracked frames get no NAT. The chain's priority (filter, -200) is ahead
+// of br_netfilter's hook (NF_BR_PRI_BRNF, 0).
 //
 // The chain (the whole table is the golden file testdata/portcheck.nft):
 //
+//	iifname "pwv*" notrack
+//	iifname "eth1" notrack            (one per uplink candidate)
 //	iifname != @checked accept
 //	iifname . ether saddr != @port-mac counter drop
 //	iifname @mac-only accept
@@ -49,9 +63,24 @@ const (
 // PortCheckID is the table's identity, "bridge podwire-port".
 var PortCheckID = nft.ID{Family: nftables.TableFamilyBridge, Name: portTable}
 
-// PortCheckTable describes "bridge podwire-port" (golden file
-// testdata/portcheck.nft), in the source check's vocabulary.
-func PortCheckTable() *nft.Table {
+// PortCheckTable describes "bridge podwire-port" for the uplink candidates
+// uplinks (config.NetConf.Uplinks; golden file testdata/portcheck.nft), in
+// the source check's vocabulary.
+func PortCheckTable(uplinks []string) *nft.Table {
+	rules := []nft.Rule{{nft.HasNamePrefix(nft.IIFName, hostVethPrefix), nft.Notrack}}
+	for _, u := range uplinks {
+		rules = append(rules, nft.Rule{nft.IsName(nft.IIFName, u), nft.Notrack})
+	}
+	rules = append(rules,
+		sourcecheck.Unchecked(),
+		nft.Rule{nft.NotIn(setPortMAC, nft.IIFName, nft.EtherSaddr), nft.Counter, nft.Drop},
+		nft.Rule{nft.In(setMACOnly, nft.IIFName), nft.Accept},
+		sourcecheck.Own(setPortV4, nft.ARPSaddrIP),
+		nft.Rule{nft.Is(nft.ARPSaddrIP, netip.IPv4Unspecified()), nft.Accept},
+		sourcecheck.Own(setPortV4, nft.IPSaddr),
+		sourcecheck.Own(setPortV6, nft.IP6Saddr),
+	)
+	rules = append(append(rules, sourcecheck.NeighbourDiscovery()...), sourcecheck.DropRest())
 	return &nft.Table{
 		Family: nftables.TableFamilyBridge,
 		Name:   portTable,
@@ -67,15 +96,7 @@ func PortCheckTable() *nft.Table {
 			Type:     nftables.ChainTypeFilter,
 			Hook:     nftables.ChainHookPrerouting,
 			Priority: nft.BridgePriorityFilter,
-			Rules: append([]nft.Rule{
-				sourcecheck.Unchecked(),
-				{nft.NotIn(setPortMAC, nft.IIFName, nft.EtherSaddr), nft.Counter, nft.Drop},
-				{nft.In(setMACOnly, nft.IIFName), nft.Accept},
-				sourcecheck.Own(setPortV4, nft.ARPSaddrIP),
-				{nft.Is(nft.ARPSaddrIP, netip.IPv4Unspecified()), nft.Accept},
-				sourcecheck.Own(setPortV4, nft.IPSaddr),
-				sourcecheck.Own(setPortV6, nft.IP6Saddr),
-			}, append(sourcecheck.NeighbourDiscovery(), sourcecheck.DropRest())...),
+			Rules:    rules,
 		}},
 	}
 }
