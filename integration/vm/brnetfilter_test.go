@@ -41,13 +41,14 @@ import (
 // replies of a bridged flow are de-NATed by the same conntrack entry.
 //
 // The switch is an OR: the bridge attribute podwire turns off keeps its
-// bridge out of the IPv4 hooks only while the netns sysctl is 0. With 1, as
-// kube-proxy's installers set it, the third case shows the tenant's flow
-// DNATed away on podwire's bridge too. The fourth case proves a remedy that
-// holds under either sysctl: a bridge-family "notrack" for frames entering
-// the bridge, at priority raw, before br_netfilter's hook (NF_BR_PRI_BRNF):
-// the IPv4 hooks then find the frame untracked, and NAT acts only on tracked
-// packets.
+// bridge out of the IPv4 hooks only while the netns sysctl is 0. So podwire's
+// port check chain (bridge prerouting, priority filter, ahead of
+// br_netfilter's hook NF_BR_PRI_BRNF) begins with "notrack" for frames
+// entering from a pod's port or the uplink: the IPv4 hooks then find the
+// frame untracked, and NAT acts only on tracked packets. The first two cases
+// are podwire's bridge under either sysctl; the controls delete podwire's
+// port check table (with it the notrack rules) and show the flow DNATed away,
+// under sysctl 1 and under sysctl 0 with the bridge attribute turned on.
 //
 // Each case reads the DNAT rule's counter (did the bridged SYN reach the IPv4
 // hooks?) and the answer the client reads (whose server answered?).
@@ -73,15 +74,15 @@ func TestBrNetfilter(t *testing.T) {
 		// (and ip6tables); bridgeOn turns podwire0's nf_call_iptables back on.
 		sysctl   string
 		bridgeOn bool
-		// notrack adds "meta ibrname podwire0 notrack" at the bridge's
-		// prerouting, priority raw, before br_netfilter (NF_BR_PRI_BRNF).
-		notrack bool
-		hooked  bool
+		// noPortCheck deletes podwire's table bridge podwire-port, its
+		// notrack rules with it (the controls, run last).
+		noPortCheck bool
+		hooked      bool
 	}{
 		{name: "podwire's bridge, node sysctl 0", sysctl: "0"},
-		{name: "control: nf_call_iptables on the bridge, node sysctl 0", sysctl: "0", bridgeOn: true, hooked: true},
-		{name: "podwire's bridge, node sysctl 1: the bridge attribute cannot opt out", sysctl: "1", hooked: true},
-		{name: "podwire's bridge, node sysctl 1, notrack before br_netfilter", sysctl: "1", notrack: true},
+		{name: "podwire's bridge, node sysctl 1", sysctl: "1"},
+		{name: "control: no podwire notrack, node sysctl 1", sysctl: "1", noPortCheck: true, hooked: true},
+		{name: "control: no podwire notrack, nf_call_iptables on the bridge, node sysctl 0", sysctl: "0", bridgeOn: true, noPortCheck: true, hooked: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := cnitest.Sysctls(n.NS,
@@ -91,8 +92,18 @@ func TestBrNetfilter(t *testing.T) {
 				t.Fatal(err)
 			}
 			setBridgeNfCallIptables(t, n.NS, "podwire0", tc.bridgeOn)
-			if tc.notrack {
-				addBridgeNotrack(t, n.NS, "podwire0")
+			if tc.noPortCheck {
+				n.Do(func() error {
+					c, err := nftables.New()
+					if err != nil {
+						return err
+					}
+					c.DelTable(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire-port"})
+					if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+						return err
+					}
+					return nil
+				})
 			}
 			before := dnat.packets(t)
 			got, err := fetchToken(client.NS, netip.AddrPortFrom(vip, port), 3*time.Second)
@@ -267,38 +278,6 @@ func addServiceDNAT(t *testing.T, n ns.NetNS, vip netip.Addr, port uint16, backe
 		}
 	})
 	return s
-}
-
-// addBridgeNotrack adds, in n, the table "bridge podwire-test-notrack": frames
-// entering bridge name skip conntrack, so the IPv4 hooks br_netfilter passes
-// them to find no conntrack entry to NAT. Removed when t ends.
-func addBridgeNotrack(t *testing.T, n ns.NetNS, bridge string) {
-	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(n.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	table := c.AddTable(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire-test-notrack"})
-	chain := c.AddChain(&nftables.Chain{
-		Name: "raw-prerouting", Table: table, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw,
-	})
-	name := make([]byte, unix.IFNAMSIZ)
-	copy(name, bridge)
-	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyBRIIIFNAME, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: name},
-		&expr.Notrack{},
-	}})
-	if err := c.Flush(); err != nil {
-		t.Fatalf("failed to add the bridge notrack rule: %v", err)
-	}
-	t.Cleanup(func() {
-		c.DelTable(table)
-		if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			t.Errorf("failed to delete table bridge podwire-test-notrack: %v", err)
-		}
-	})
 }
 
 // packets is the DNAT rule's counter.

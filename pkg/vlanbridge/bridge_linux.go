@@ -15,6 +15,9 @@ import (
 // must not be passed through the IP hooks, where conntrack and kube-proxy's
 // NAT would de-NAT or drop it. They are per bridge, so the node-wide
 // net.bridge.bridge-nf-call-* sysctls other CNIs rely on stay as they are.
+// br_netfilter ORs them with those sysctls (br_nf_pre_routing), so they
+// suffice only where the sysctls are 0; the port check table's notrack
+// rules (portcheck.go) keep the bridged frames from NAT where they are 1.
 var nfCallAttrs = []uint16{nl.IFLA_BR_NF_CALL_IPTABLES, nl.IFLA_BR_NF_CALL_IP6TABLES, nl.IFLA_BR_NF_CALL_ARPTABLES}
 
 // EnsureBridge returns the bridge name, creating it if absent: VLAN
