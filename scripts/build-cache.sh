@@ -1,5 +1,6 @@
 # build-cache.sh is sourced by the scripts that build third-party programs
-# from source into .cache (k8s-build.sh, flannel-build.sh, helm-build.sh).
+# from source into .cache (k8s-build.sh, e2e-build.sh, flannel-build.sh,
+# helm-build.sh, coredns-build.sh).
 
 # The flags the build cache is keyed by: keep them identical between runs so
 # that a rebuild (a clean clone, CI) reuses the compiled packages.

@@ -17,7 +17,8 @@
 // PODWIRE_ETCD, PODWIRE_FLANNEL (scripts/flannel-build.sh's directory),
 // PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF,
 // PODWIRE_IMAGE_UPGRADE and its _REF (`make image-upgrade`), PODWIRE_HELM
-// (scripts/helm-build.sh) and PODWIRE_CNI_BIN.
+// (scripts/helm-build.sh), PODWIRE_COREDNS (scripts/coredns-build.sh's
+// directory, for TestClusterDNS and TestConformance) and PODWIRE_CNI_BIN.
 package multinode
 
 import (
