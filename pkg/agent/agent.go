@@ -187,6 +187,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Uninstall != nil {
 		go a.cfg.Uninstall.Run(ctx)
 	}
+	// A change to a link of the VLAN wiring (a port's VLAN removed, the
+	// uplink taken off the bridge) is repaired at once, not at the tick:
+	// subscribed before the first repair, so that nothing changed after it
+	// (and after Ready) goes unseen.
+	links := a.subscribeLinks(ctx)
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
@@ -218,9 +223,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	// A change to a link of the VLAN wiring (a port's VLAN removed, the
-	// uplink taken off the bridge) is repaired at once, not at the tick.
-	links := a.subscribeLinks(ctx)
 	var vlanDue <-chan time.Time
 	// A primary's installer writes in several steps (temporary file,
 	// rename): settle briefly after a burst of events.
@@ -242,8 +244,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Warn("conf dir watch", "error", err)
 		case u, ok := <-links:
 			if !ok {
-				links = nil
-				a.log.Warn("link notifications ended: VLAN drift is repaired at the drift tick only")
+				// The socket failed (ENOBUFS when notifications came
+				// faster than this loop read them): subscribe again,
+				// and repair, since a change may have been lost.
+				links = a.subscribeLinks(ctx)
+				vlanDue = time.After(vlanSettle)
 				continue
 			}
 			if vlanDue == nil && a.watchesLink(u) {
