@@ -117,8 +117,11 @@ type Agent struct {
 	taint taintState
 	// routes is syncRoutes' memory (the drift loop's goroutine only).
 	routes routeSync
-	// unknown is noteUnknown's memory (the drift loop's goroutine only).
-	unknown unknownSeen
+	// unknown and reported are noteUnknown's memory (the drift loop's
+	// goroutine only): when each interface was first seen, and those
+	// already reported.
+	unknown  unknownSeen
+	reported map[string]bool
 	// vlanLinks are the links of the VLAN wiring the last repair named
 	// (vlan.go), under mu.
 	vlanLinks map[string]bool

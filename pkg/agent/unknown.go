@@ -13,8 +13,9 @@ import (
 // Values of Config.UnknownInterfaces.
 const (
 	// UnknownReport lists the node's pod interfaces without a record (a
-	// pod wired while podwire was out of the runtime's chain) in the
-	// agent's status, `podwire status`, /metrics and a Node Event.
+	// pod wired while podwire was out of the runtime's chain), unknown for
+	// unknownGrace, in the agent's status, `podwire status`, /metrics and a
+	// Node Event.
 	UnknownReport = "report"
 	// UnknownDrop also checks their sources as a pod's once they have
 	// been unknown for unknownGrace: a routed veth may send only from the
@@ -23,9 +24,10 @@ const (
 )
 
 // unknownGrace is how long an interface must have been seen without a
-// record before its sources are checked: an ADD under way has its host
-// veth from the primary before podwire writes the record.
-const unknownGrace = 2 * time.Second
+// record before it is reported and (drop) its sources are checked: an ADD
+// under way has its host veth from the primary before podwire writes the
+// record, which on a loaded node takes seconds.
+const unknownGrace = 5 * time.Second
 
 // ReasonUnknownInterfaces is the reason of the Node Event naming pod
 // interfaces without a record.
@@ -67,13 +69,24 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 		t, ok := a.unknown[u.Name]
 		if !ok {
 			t = now
-			fresh = append(fresh, describeUnknown(u))
 		}
 		seen[u.Name] = t
+		if now.Sub(t) < unknownGrace {
+			continue // maybe an ADD under way
+		}
+		if !a.reported[u.Name] {
+			fresh = append(fresh, describeUnknown(u))
+		}
 		lines = append(lines, describeUnknown(u))
 	}
 	a.unknown = seen
-	a.m.unknown.Set(float64(len(found)))
+	a.reported = map[string]bool{}
+	for _, u := range found {
+		if now.Sub(seen[u.Name]) >= unknownGrace {
+			a.reported[u.Name] = true
+		}
+	}
+	a.m.unknown.Set(float64(len(lines)))
 	a.mu.Lock()
 	a.status.Unknown = lines
 	a.mu.Unlock()
@@ -82,7 +95,7 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 	}
 	msg := fmt.Sprintf("pod interfaces without a podwire record (wired while podwire was out of the runtime's chain; delete their pods to wire them anew): %s", strings.Join(fresh, "; "))
 	if a.cfg.UnknownInterfaces == UnknownDrop {
-		msg += fmt.Sprintf("; their sources are checked after %v (unknownInterfaces=drop)", unknownGrace)
+		msg += "; their sources are checked (unknownInterfaces=drop)"
 	}
 	a.log.Warn(msg)
 	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonUnknownInterfaces, msg, now); err != nil {

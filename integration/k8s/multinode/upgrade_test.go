@@ -304,6 +304,11 @@ func TestHelmUninstall(t *testing.T) {
 			t.Logf("the agents' logs:\n%s", logs.String())
 		}
 	}()
+	// The cluster's DNS (installed by the tests that need it) runs pods
+	// that podwire wired on both nodes, for which an uninstall rightly
+	// keeps podwire: this test needs node 1 without one, so the DNS goes.
+	kubectl(t, "", "-n", "kube-system", "delete", "deployment", "coredns", "--ignore-not-found",
+		"--cascade=foreground", "--wait=true", "--timeout=120s")
 	// Node 1's earlier pods are all deleted, but the API drops a pod
 	// object before the kubelet's teardown runs its DEL: until then podwire
 	// rightly stays for it. Wait for those DELs.
