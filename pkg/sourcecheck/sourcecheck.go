@@ -38,6 +38,14 @@ const (
 	maxComment = 200
 )
 
+// Comment is name cut to what an element comment may hold (maxComment).
+func Comment(name string) string {
+	if len(name) > maxComment {
+		return name[:maxComment]
+	}
+	return name
+}
+
 // ID is the table's identity, "inet podwire".
 var ID = nft.ID{Family: nftables.TableFamilyINet, Name: tableName}
 
@@ -96,10 +104,7 @@ func AddElements(e nft.Elements, p Pod) {
 	if p.HostIfName == "" {
 		return
 	}
-	comment := p.Name
-	if len(comment) > maxComment {
-		comment = comment[:maxComment]
-	}
+	comment := Comment(p.Name)
 	ifKey := nft.IfNameKey(p.HostIfName)
 	id := ID
 	if p.Bridged {

@@ -20,6 +20,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
 const (
@@ -31,9 +32,6 @@ const (
 	setOwnV6    = "own-v6"
 	setRoutesV4 = "routes-v4"
 	setRoutesV6 = "routes-v6"
-
-	// maxComment bounds an element comment (the kernel allows 256 bytes).
-	maxComment = 200
 )
 
 // ID is the table's identity, "inet podwire-transit".
@@ -93,10 +91,7 @@ type Pod struct {
 
 // AddElements adds p's elements to e.
 func AddElements(e nft.Elements, p Pod) {
-	comment := p.Name
-	if len(comment) > maxComment {
-		comment = comment[:maxComment]
-	}
+	comment := sourcecheck.Comment(p.Name)
 	if p.HostIfName != "" && !p.Bridged {
 		e.Add(ID, setIf, nftables.SetElement{Key: nft.IfNameKey(p.HostIfName), Comment: comment})
 		for _, a := range p.Addresses {
