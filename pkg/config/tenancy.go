@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/podwire/podwire/pkg/vlan"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // VLANGrant is one entry of vlanGrants: the VLANs a set of namespaces may
@@ -39,9 +40,14 @@ type VLANGrant struct {
 	// Exclude are prefixes inside Subnets that no pod may claim: the
 	// gateway, routers, a VRRP virtual address.
 	Exclude []string `json:"exclude,omitempty"`
+	// VRRP are the VRRP virtual router IDs ("1-20", the syntax of VLANs)
+	// whose virtual MAC and addresses the granted pods may hold with
+	// podwire.io/vrrp (vrrp.go); empty grants none.
+	VRRP string `json:"vrrp,omitempty"`
 
-	// IDs, SubnetPrefixes and ExcludePrefixes are the fields parsed.
+	// IDs, SubnetPrefixes, ExcludePrefixes and VRIDs are the fields parsed.
 	IDs             vlan.Set       `json:"-"`
+	VRIDs           vrrp.IDs       `json:"-"`
 	SubnetPrefixes  []netip.Prefix `json:"-"`
 	ExcludePrefixes []netip.Prefix `json:"-"`
 }
@@ -166,6 +172,9 @@ func (c *NetConf) validateVLANGrants() error {
 			if !PrefixInside(g.SubnetPrefixes, p) {
 				return Invalid(fmt.Sprintf("%s.exclude[%d]", key, j), g.Exclude[j], "is not inside %s.subnets %q", key, g.Subnets)
 			}
+		}
+		if err := g.validateVRRP(key); err != nil {
+			return err
 		}
 	}
 	for id := range seen {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/vlan"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // The podwire.io annotations (DESIGN.md, "Pod annotations").
@@ -21,6 +22,7 @@ const (
 	AnnotationVLANTrunk       = "podwire.io/vlan-trunk"
 	AnnotationVLANIfName      = "podwire.io/vlan-ifname"
 	AnnotationVLANIPs         = "podwire.io/vlan-ips"
+	AnnotationVRRP            = "podwire.io/vrrp"
 	// AnnotationEgressIP is a node annotation, read by the node tables.
 	AnnotationEgressIP = "podwire.io/egress-ip"
 )
@@ -50,6 +52,9 @@ type Annotations struct {
 	VLANIfName string
 	// VLANIPs are static addresses with their prefix length ("192.0.2.10/24").
 	VLANIPs []netip.Prefix
+	// VRRP are the virtual routers the pod may act as on its access VLAN
+	// (podwire.io/vrrp, vrrp.go).
+	VRRP []vrrp.Group
 }
 
 // WantsVLAN reports whether the pod asks for a VLAN attachment.
@@ -106,6 +111,9 @@ func ParseAnnotations(raw map[string]string) (*Annotations, error) {
 			return nil, annotationError(AnnotationVLANIfName, v, "%v", err)
 		}
 		a.VLANIfName = v
+	}
+	if a.VRRP, err = parseVRRP(raw, a.VLAN); err != nil {
+		return nil, err
 	}
 	if (len(a.VLANIPs) > 0 || a.VLANIfName != "") && !a.WantsVLAN() {
 		key := AnnotationVLANIPs

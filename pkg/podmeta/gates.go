@@ -17,7 +17,9 @@ import (
 //     forwarding.sourcePrefixes (empty: refused);
 //   - each VLAN only where a vlanGrants entry grants it to the namespace
 //     (or in the deprecated allowedVLANs, every namespace), and
-//     podwire.io/vlan-ips only inside the subnets of such a grant.
+//     podwire.io/vlan-ips only inside the subnets of such a grant;
+//   - podwire.io/vrrp only with a VRID and addresses such a grant of the
+//     access VLAN allows (its vrrp and subnets).
 //
 // What other pods of the node hold (addresses, routes) is CheckClaims'. A
 // refusal is CNI error 7 naming the annotation, the value and the gate
@@ -26,7 +28,10 @@ func Admit(conf *config.NetConf, id Identity, a *Annotations) error {
 	if err := admitForwarding(conf, id, a); err != nil {
 		return err
 	}
-	return admitVLAN(conf, id, a)
+	if err := admitVLAN(conf, id, a); err != nil {
+		return err
+	}
+	return admitVRRP(conf, id, a)
 }
 
 // refusal is a Refusal (CNI error 7) of the annotation key with value by
