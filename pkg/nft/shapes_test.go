@@ -16,6 +16,7 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 	"github.com/podwire/podwire/pkg/transit"
 	"github.com/podwire/podwire/pkg/vlanbridge"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -81,9 +82,11 @@ func shapes(t *testing.T) []shape {
 		{"sourcecheck-allowed", sourcecheck.Table(), sourcecheck.Elements(allowed)},
 		{"sourcecheck-bridge", sourcecheck.BridgeTable(), sourcecheck.Elements(bridged)},
 		{"portcheck-access", vlanbridge.PortCheckTable([]string{"eth1"}),
-			vlanbridge.PortCheckElements("pw1234", "02:00:00:00:12:34", prefixes("192.0.2.10/24", "2001:db8:1::10/64"), false, "ns/pod")},
+			vlanbridge.PortElements(&state.VLANAttachment{HostVeth: "pw1234", MAC: "02:00:00:00:12:34", PortCheck: true,
+				IPs: prefixes("192.0.2.10/24", "2001:db8:1::10/64")}, "ns/pod")},
 		{"portcheck-trunk", vlanbridge.PortCheckTable([]string{"eth1"}),
-			vlanbridge.PortCheckElements("pw1234", "02:00:00:00:12:34", nil, true, "ns/pod")},
+			vlanbridge.PortElements(&state.VLANAttachment{HostVeth: "pw1234", MAC: "02:00:00:00:12:34", PortCheck: true, Tagged: []uint16{200}}, "ns/pod")},
+		{"portcheck-vrrp", vlanbridge.PortCheckTable([]string{"eth1"}), vrrpPortElements()},
 		{"probe-azure", probe(`{"type":"podwire","probeSNAT":{"preset":"azure"}}`, up, 0), nil},
 		{"probe-custom-ipv4", probe(`{"type":"podwire","probeSNAT":{"rules":[{"from":"168.63.129.16","to":"10.0.0.250"}]}}`, up, 0), nil},
 		{"probe-custom-ipv6", probe(`{"type":"podwire","probeSNAT":{"interfaces":["eth1"],"rules":[{"from":"fe80::1","to":"2001:db8::1"},{"from":"fe80::2","to":"2001:db8::2"}]}}`,
@@ -93,6 +96,15 @@ func shapes(t *testing.T) []shape {
 		{"egress-dual", eDual, elDual},
 		{"transit", transit.Table(), transitElements()},
 	}
+}
+
+// vrrpPortElements are the port check elements of a checked pod granted
+// VRRP group 7 and no address of its own: its virtual address is its only
+// one (one element a set: nft(8) lists several in hash order, on lines of
+// its own).
+func vrrpPortElements() nft.Elements {
+	return vlanbridge.PortElements(&state.VLANAttachment{HostVeth: "pw1234", MAC: "02:00:00:00:12:34", PortCheck: true,
+		VRRP: []vrrp.Group{{VRID: 7, VIPs: addrs("192.0.2.100")}}}, "ns/router")
 }
 
 // transitElements are the transit elements of a routed forwarding pod with

@@ -2,7 +2,9 @@ package nft
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -432,4 +434,21 @@ func (s snat) exprs(*builder) []expr.Any {
 		// the rule reads back byte for byte.
 		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: fam, RegAddrMin: regFirst, RegAddrMax: regFirst},
 	}
+}
+
+// InEtherPrefix matches the Ethernet address field f (EtherSaddr) inside
+// the prefix of the first bits of mac, a multiple of 8 ("ether saddr
+// 00:00:5e:00:01:00/40"). nft(8) encodes a byte-aligned prefix as a load of
+// its bytes alone and one compare, without a mask.
+func InEtherPrefix(f Field, mac net.HardwareAddr, bits int) Stmt {
+	if bits%8 != 0 || bits <= 0 || bits > 8*len(mac) {
+		panic(fmt.Sprintf("nft: Ethernet prefix /%d is not a whole number of bytes of %s", bits, mac))
+	}
+	n := uint32(bits / 8)
+	return match{f: f, text: fmt.Sprintf("%s/%d", mac, bits), encode: func() []expr.Any {
+		return []expr.Any{
+			&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regFirst, Base: f.base, Offset: f.offset, Len: n},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: regFirst, Data: slices.Clone(mac[:n])},
+		}
+	}}
 }

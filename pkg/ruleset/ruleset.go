@@ -57,8 +57,8 @@ func Elements(conf *config.NetConf, rec *state.Record) nft.Elements {
 
 func addElements(e nft.Elements, conf *config.NetConf, rec *state.Record) {
 	comment := rec.PodRef()
-	if v := rec.VLAN; v != nil && v.PortCheck {
-		vlanbridge.AddPortCheckElements(e, v.HostVeth, v.MAC, v.IPs, len(v.Tagged) > 0 || v.PortMACOnly, comment)
+	if v := rec.VLAN; v != nil {
+		vlanbridge.AddPortElements(e, v, comment)
 	}
 	if conf.SourceCheckEnabled() && !rec.Forwarding {
 		sourcecheck.AddElements(e, sourcecheck.Pod{

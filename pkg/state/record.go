@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // RecordVersion is the schema version of Record that this podwire writes.
@@ -110,6 +112,10 @@ type VLANAttachment struct {
 	// or a grant without subnets), so any IP source passes. A trunk port
 	// (Tagged) is pinned to its MAC alone whatever this says.
 	PortMACOnly bool `json:"portMACOnly,omitempty"`
+	// VRRP are the virtual routers granted to the pod (podwire.io/vrrp):
+	// the port check lets the port send from their virtual MACs and, on a
+	// checked port, from their virtual addresses.
+	VRRP []vrrp.Group `json:"vrrp,omitempty"`
 }
 
 // VLANs returns every VLAN the attachment uses on the bridge.

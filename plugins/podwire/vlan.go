@@ -54,6 +54,7 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 		Tagged:    tagged,
 		MTU:       in.conf.MTU,
 		IPs:       ann.VLANIPs,
+		VRRP:      ann.VRRP,
 	}
 	planPortCheck(in, v)
 	return v, nil
@@ -70,8 +71,10 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 // Forwarding pods send any source and frames of other stations (an L2
 // function), so their ports are not checked.
 //
-// A virtual MAC or address an admin grants (VRRP, issue 23) is the one
-// exception to the pinning: it joins v's pinned MAC and addresses here.
+// The virtual routers an admin granted (v.VRRP, podwire.io/vrrp) are the
+// one exception: their virtual MACs pass on any port, checked or not, and
+// their virtual addresses on a checked port (vlanbridge.AddPortElements);
+// every other pod port is kept off the VRRP MAC ranges.
 func planPortCheck(in *planInput, v *state.VLANAttachment) {
 	v.PortCheck = !in.ann.Forwarding && in.conf.SourceCheckEnabled()
 	v.PortMACOnly = v.PortCheck && len(v.IPs) == 0 && !podmeta.PinsVLANAddresses(in.conf, in.pod.NS(), v.PVID)
