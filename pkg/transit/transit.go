@@ -55,8 +55,8 @@ func Table() *nft.Table {
 		Name:   tableName,
 		Sets: []nft.Set{
 			{Name: setIf, Key: []nft.KeyType{nft.TypeIFName}, Comment: "host interfaces of forwarding pods"},
-			{Name: setOwnV4, Key: []nft.KeyType{nft.TypeIFName, nft.TypeIPv4Addr}, Comment: "forwarding pod interface . own IPv4 address"},
-			{Name: setOwnV6, Key: []nft.KeyType{nft.TypeIFName, nft.TypeIPv6Addr}, Comment: "forwarding pod interface . own IPv6 address"},
+			sourcecheck.IfSet(setOwnV4, nft.TypeIPv4Addr, false, "forwarding pod interface . own IPv4 address"),
+			sourcecheck.IfSet(setOwnV6, nft.TypeIPv6Addr, false, "forwarding pod interface . own IPv6 address"),
 			{Name: setRoutesV4, Key: []nft.KeyType{nft.TypeIPv4Addr}, Interval: true, Comment: "IPv4 prefixes routed to forwarding pods"},
 			{Name: setRoutesV6, Key: []nft.KeyType{nft.TypeIPv6Addr}, Interval: true, Comment: "IPv6 prefixes routed to forwarding pods"},
 		},
