@@ -34,6 +34,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	defer s.closeIntact() // after the rollback's batch, if any
 	if s.conf.Result == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig,
 			"podwire must be chained after a plugin that returns a result (no prevResult)", "")
@@ -170,7 +171,7 @@ func (x *invocation) teardown() error {
 	if e := ruleset.Elements(x.conf, x.rec); len(e) > 0 {
 		if c, err := x.conn(); err != nil {
 			errs = append(errs, err)
-		} else if err := nft.DeleteElements(c, e); err != nil {
+		} else if err := nft.DeleteElements(x.carryIntact(c), e); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -15,6 +15,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	defer s.closeIntact()
 	rec, err := s.store.Get(args.ContainerID, args.IfName)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	defer s.closeIntact()
 	valid, sent, err := config.GCValidAttachments(args.StdinData)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -55,6 +56,9 @@ type session struct {
 	store *state.Store
 	lock  *state.NodeLock
 	nft   nft.Conn
+	// intact is what the invocation knows of its tables' generation (set
+	// by ensureTables, or by teardown from the file), nil before.
+	intact *nft.Intact
 }
 
 // invocation is one attachment worked on within a session: its record and,
@@ -135,10 +139,20 @@ func newLogger(conf *config.NetConf) *slog.Logger {
 // ensureTables lays down or repairs the tables want (DESIGN.md, "First
 // invocation and drift"): every ADD verifies them by content, reading only
 // podwire's own objects, and rebuilds what differs under the node lock.
+//
+// When the ruleset generation is the one at which the tables were last
+// found or kept intact (nft.Intact), nothing can have changed them and the
+// verify is skipped; any commit by another owner moves the generation.
 func (s *session) ensureTables(want []*nft.Table) error {
 	c, err := s.conn()
 	if err != nil {
 		return err
+	}
+	s.intact = nft.OpenIntact(filepath.Join(s.conf.StateDir, intactFile), want)
+	c = s.intact.Conn(c)
+	s.nft = c
+	if s.intact.Known() {
+		return nil
 	}
 	rebuild := func() (func(), error) {
 		// Ensure takes the lock only to rebuild, which reads every
@@ -151,10 +165,36 @@ func (s *session) ensureTables(want []*nft.Table) error {
 		s.log.Error("skipping unreadable state records", "error", err)
 	})
 	if err != nil {
+		s.intact.Spoil()
 		return err
 	}
 	if rep.Changed() {
 		s.log.Info("node tables laid down or repaired", "drift", rep.Drift, "rebuilt", rep.Rebuilt, "deleted", rep.Deleted)
+	} else {
+		s.intact.Verified()
 	}
 	return nil
+}
+
+// intactFile, in stateDir, holds the generation at which the tables were
+// last known intact (nft.Intact).
+const intactFile = "nft-intact"
+
+// carryIntact lets the element batches of a verb that does not verify
+// (DEL, GC, ADD's rollback before ensureTables) carry the fact of the
+// file forward, on the connection c.
+func (s *session) carryIntact(c nft.Conn) nft.Conn {
+	if s.intact == nil {
+		s.intact = nft.OpenIntact(filepath.Join(s.conf.StateDir, intactFile), nil)
+		s.nft = s.intact.Conn(c)
+	}
+	return s.nft
+}
+
+// closeIntact writes what the invocation proved (nft.Intact.Close); every
+// verb that flushes calls it once at its end.
+func (s *session) closeIntact() {
+	if s.intact != nil {
+		s.intact.Close()
+	}
 }
