@@ -88,6 +88,7 @@ func funcs(d data) template.FuncMap {
 		"sf":    num("%+.1f"),
 		"pct":   func(a, b float64) string { return num("%+.0f%%")(100 * (a/b - 1)) },
 		"sub":   func(a, b float64) float64 { return a - b },
+		"add3":  func(a, b, c float64) float64 { return a + b + c },
 		"mul":   func(a, b float64) float64 { return a * b },
 		"div":   func(a, b float64) float64 { return a / b },
 		"holds": func(ok bool) string { return map[bool]string{true: "holds", false: "**missed**"}[ok] },

@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/internal/testns"
+)
+
+// burstSize is the pods of one burst: a node's share of a Deployment scaled
+// up at once, each ADD started without waiting for the others, as a
+// kubelet's pod workers start sandboxes.
+const burstSize = 48
+
+// BenchmarkBurst makes burstSize pods at once on one node per arm (A ptp +
+// host-local, B A + passthrough, the floor; E A + podwire) and then deletes
+// them at once, arms round-robin: "<arm>-burst-add-ms" is the wall time from
+// the first ADD's start to the last one's end, "-cpu-ms" the CPU time of
+// every plugin process of the burst (RUSAGE_CHILDREN: each is waited for
+// before the burst ends), the same for "-burst-del". Pod netns are made
+// before the clock starts and removed after it stops.
+func BenchmarkBurst(b *testing.B) {
+	var arms []*arm
+	for i, k := range []string{"A", "B", "E"} {
+		arms = append(arms, newArm(b, k, newNode(b, "burst-"+k), 160+i, "bench-burst-"+k))
+	}
+	seq := 200000
+	rounds(b, len(arms), func(r, i int, s samples) error {
+		a := arms[i]
+		pods := make([]*pod, burstSize)
+		defer func() {
+			for _, p := range pods {
+				if p != nil {
+					testns.Release(p.ns)
+				}
+			}
+		}()
+		for j := range pods {
+			seq++
+			p, err := newPod(a, seq)
+			if err != nil {
+				return err
+			}
+			pods[j] = p
+		}
+		add, err := timed(unix.RUSAGE_CHILDREN, func() error {
+			return each(pods, func(p *pod) (err error) { p.res, _, err = a.n.Attach(a.list, p.rt); return err })
+		})
+		if err != nil {
+			return fmt.Errorf("burst of arm %s, ADD: %w", a.key, err)
+		}
+		del, err := timed(unix.RUSAGE_CHILDREN, func() error {
+			return each(pods, func(p *pod) error { return a.n.Del(a.list, p.rt) })
+		})
+		if err != nil {
+			return fmt.Errorf("burst of arm %s, DEL: %w", a.key, err)
+		}
+		s.put(a.key+"-burst-add", add)
+		s.put(a.key+"-burst-del", del)
+		return nil
+	})
+}
+
+// each runs f for every pod at once and waits for all of them.
+func each(pods []*pod, f func(*pod) error) error {
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for j, p := range pods {
+		wg.Go(func() { errs[j] = f(p) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
