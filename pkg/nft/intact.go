@@ -1,7 +1,7 @@
 package nft
 
 import (
-	"hash/crc32"
+	"hash/fnv"
 	"os"
 	"strconv"
 	"strings"
@@ -121,7 +121,7 @@ func (in *Intact) Close() {
 		return // another commit came between, or the counter wrapped
 	}
 	line := intactVersion + " " + strconv.FormatUint(uint64(gen), 10) + " " + in.ident + " " + in.tables
-	line += " " + strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(line))), 10) + "\n"
+	line += " " + strconv.FormatUint(checksum(line), 10) + "\n"
 	// One write at offset 0 of a file truncated first: a reader sees the
 	// whole line, nothing, or (two writers) two whole lines' overlap that
 	// the checksum of the first line refuses.
@@ -140,8 +140,8 @@ func (in *Intact) read() (gen uint32, tables string, ok bool) {
 	if i < 0 {
 		return 0, "", false
 	}
-	sum, err := strconv.ParseUint(line[i+1:], 10, 32)
-	if err != nil || uint32(sum) != crc32.ChecksumIEEE([]byte(line[:i])) {
+	sum, err := strconv.ParseUint(line[i+1:], 10, 64)
+	if err != nil || sum != checksum(line[:i]) {
 		return 0, "", false
 	}
 	f := strings.SplitN(line[:i], " ", 5) // version, gen, cookie, boot, tables
@@ -153,6 +153,14 @@ func (in *Intact) read() (gen uint32, tables string, ok bool) {
 		return 0, "", false
 	}
 	return uint32(g), f[4], true
+}
+
+// checksum is FNV-1a of s: no table to build, unlike crc32's, in a
+// process that lives for one invocation.
+func checksum(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // Conn wraps c so that every batch it flushes is counted and carries the
