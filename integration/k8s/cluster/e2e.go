@@ -72,16 +72,14 @@ func PauseRegistryImage(dir string) (v1.Image, error) {
 // image (test/images/agnhost/Dockerfile) is Alpine with agnhost at
 // /agnhost, its entrypoint, and the tools the specs exec in its containers
 // (`/bin/sh -c "curl ..."`, `echo hostName | nc -w 1 -u IP PORT | grep -v
-// ...`), and porter's TLS certificate and key in / (`agnhost porter` reads
-// them from its working directory). This one holds agnhost and those two
-// (from k8sBinDir and its agnhost-files, scripts/e2e-build.sh), and the
-// host's dash as
-// /bin/sh, curl, OpenBSD's nc and busybox for the small tools (grep, cat,
-// ...), each with its libraries (packages dash, curl, netcat-openbsd and
-// busybox-static, scripts/deps.list; busybox's nslookup resolves an
+// ...`, the DNS specs' probe loops of dig and getent), and porter's TLS
+// certificate and key in / (`agnhost porter` reads them from its working
+// directory). This one holds agnhost and those two (from k8sBinDir and its
+// agnhost-files, scripts/e2e-build.sh), curl, OpenBSD's nc and the
+// resolver tools of dnsTools, each with its libraries (packages curl and
+// netcat-openbsd, scripts/deps.list; busybox's nslookup resolves an
 // ExternalName Service and its seq counts the session affinity specs'
-// requests). Not busybox's sh: in a container
-// (with /proc) it runs its own applets first, and its nc has no -u.
+// requests).
 func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 	agnhost, err := binFile(filepath.Join(k8sBinDir, "agnhost"), "/agnhost")
 	if err != nil {
@@ -95,9 +93,68 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		}
 		files = append(files, ImageFile{Path: name, Mode: 0o644, Data: b})
 	}
-	for _, p := range []struct{ name, dest string }{
-		{"dash", "/bin/sh"}, {"busybox", "/bin/busybox"}, {"curl", "/usr/bin/curl"}, {"nc.openbsd", "/usr/bin/nc"},
-	} {
+	tools, err := dnsTools()
+	if err != nil {
+		return nil, err
+	}
+	more, err := hostPrograms([]hostProgram{{"curl", "/usr/bin/curl"}, {"nc.openbsd", "/usr/bin/nc"}})
+	if err != nil {
+		return nil, err
+	}
+	files = append(append(files, tools...), more...)
+	for _, applet := range []string{"hostname", "ls", "nslookup", "timeout", "wget"} {
+		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
+	}
+	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})
+}
+
+// E2EGlibcDNSImage is the DNS specs' second prober, upstream's
+// glibc-dns-testing (test/images/glibc-dns-testing: Debian with dnsutils,
+// so that a glibc resolver is probed beside agnhost's musl): the specs run
+// their probe loop in it with `sh -c`. It holds dnsTools, the host's
+// Debian programs, and runs /bin/sh.
+func E2EGlibcDNSImage() (v1.Image, error) {
+	files, err := dnsTools()
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=" + imagePath}})
+}
+
+// dnsTools are the programs of the DNS specs' probe loops (dns_common.go's
+// createProbeCommand: `for i in $(seq 1 600); do check="$(dig +notcp
+// +noall +answer +search NAME A)" && test -n "$check" && echo OK >
+// /results/FILE; ...; test -n "$(getent hosts NAME)" && ...; sleep 1;
+// done`) and the other specs' small tools, each with its libraries: the
+// host's dash as /bin/sh, dig (package bind9-dnsutils), glibc's getent with
+// an nsswitch.conf that reads /etc/hosts (the kubelet's, with the pod's
+// hostname and FQDN) before DNS, as Debian's does (glibc's default without
+// one asks DNS first and stops at its NXDOMAIN), and busybox for seq,
+// sleep, cat, grep. Not busybox's sh: in a container (with /proc) it runs
+// its own applets first, and its nc has no -u.
+func dnsTools() ([]ImageFile, error) {
+	files, err := hostPrograms([]hostProgram{
+		{"dash", "/bin/sh"}, {"busybox", "/bin/busybox"}, {"dig", "/usr/bin/dig"}, {"getent", "/usr/bin/getent"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, ImageFile{Path: "/etc/nsswitch.conf", Mode: 0o644, Data: []byte("hosts: files dns\n")})
+	for _, applet := range []string{"cat", "grep", "seq", "sleep"} {
+		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
+	}
+	return files, nil
+}
+
+// hostProgram is a program of the host (a name looked up in PATH) and its
+// path in an image.
+type hostProgram struct{ name, dest string }
+
+// hostPrograms returns each program at its dest with its shared libraries
+// (ociimage.HostProgram).
+func hostPrograms(progs []hostProgram) ([]ImageFile, error) {
+	var files []ImageFile
+	for _, p := range progs {
 		path, err := exec.LookPath(p.name)
 		if err != nil {
 			return nil, fmt.Errorf("%s not found on the host (scripts/deps.list): %w", p.name, err)
@@ -108,8 +165,5 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		}
 		files = append(files, f...)
 	}
-	for _, applet := range []string{"cat", "grep", "hostname", "ls", "nslookup", "seq", "sleep", "timeout", "wget"} {
-		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
-	}
-	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})
+	return files, nil
 }
