@@ -22,23 +22,27 @@ const (
 // and never for an empty one (net/netfilter/nf_tables_api.c,
 // nf_tables_commit). One socket, one request, one reply: no dump.
 func Generation() (uint32, error) {
-	gen, _, err := generationAndCookie()
-	return gen, err
-}
-
-// generationAndCookie is Generation and the netns cookie of the socket
-// (SO_NETNS_COOKIE: unique to the netns until reboot, never reused).
-func generationAndCookie() (gen uint32, cookie uint64, err error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	fd, _, err := generationSocket()
 	if err != nil {
-		return 0, 0, fmt.Errorf("nftables generation: %w", err)
+		return 0, err
 	}
 	defer unix.Close(fd)
-	if cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err != nil {
-		return 0, 0, fmt.Errorf("netns cookie: %w", err)
+	return readGeneration(fd)
+}
+
+// generationSocket opens the NETLINK_NETFILTER socket readGeneration
+// asks on, and returns the netns cookie of the socket (SO_NETNS_COOKIE:
+// unique to the netns until reboot, never reused).
+func generationSocket() (fd int, cookie uint64, err error) {
+	fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return -1, 0, fmt.Errorf("nftables generation: %w", err)
 	}
-	gen, err = readGeneration(fd)
-	return gen, cookie, err
+	if cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err != nil {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("netns cookie: %w", err)
+	}
+	return fd, cookie, nil
 }
 
 // bootTime is when the machine booted, in Unix seconds (CLOCK_REALTIME

@@ -7,66 +7,74 @@ import (
 	"strings"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 )
 
-// Intact carries from one invocation to the next the fact that podwire's
-// tables matched their wanted content at a ruleset generation (Generation),
-// so that an ADD at that same generation skips the verify by content:
-// nothing anyone committed since can have changed them. Any commit by
-// another owner (kube-proxy, an operator's nft, another podwire process)
-// moves the generation, and the next ADD verifies in full, as without it.
+// Intact carries, from one invocation to the next, the fact that podwire's
+// tables matched their wanted content at a ruleset generation
+// (Generation), so that an ADD at that same generation skips the verify by
+// content: nothing anyone committed since can have changed them. Any commit
+// by another owner (kube-proxy, an operator's nft, a podwire rebuild) moves
+// the generation, and the next ADD verifies in full, as without it.
 //
-// The fact is written to a small file in stateDir only when it is proven
-// for the generation written:
-//   - at the start, the generation is G and either the file says the
-//     tables were intact at G, or the invocation's own verify (from G on)
-//     found no drift (Verified);
-//   - every batch this invocation flushed through Conn committed exactly
-//     one generation: each carries a no-op update of the table's hash
-//     marker chain, a transaction even when its elements all exist already
-//     (adding an existing element is none, and nf_tables_commit does not
-//     bump the generation for a batch without one:
-//     net/netfilter/nf_tables_api.c), and those batches change set elements
-//     only, never what Verify compares;
-//   - at the end the generation is G plus those batches, so no other
-//     commit came between.
+// The fact, "intact at G", is one line in a file of stateDir, written only
+// when proven:
+//   - by a verify that found no drift, once no commit came between its
+//     start and the invocation's first batch;
+//   - by an element batch of podwire's (an ADD's, a DEL's, a GC's) whose
+//     commit was the only one since a generation known intact: under an
+//     exclusive flock(2) of the file, the generation is read before the
+//     batch (G) and after it, and "intact at G+1" is written when the file
+//     or the invocation knew G and the batch moved the generation by exactly
+//     one. An element batch changes set elements only, never what Verify
+//     compares, and each carries a no-op update of the table's hash marker
+//     chain, so that it commits a generation even when its elements all
+//     exist already (adding an existing element is no transaction, and
+//     nf_tables_commit does not bump the generation for a batch without
+//     one: net/netfilter/nf_tables_api.c).
 //
-// A rebuild, an error, or a batch outside the known tables spoils the
-// invocation: it writes nothing. The file's line carries a checksum (a torn
-// read is no fact), the netns cookie and the boot time (a stateDir kept
-// across a reboot or moved to another netns matches nothing), and each
-// table's identity and hash (a changed config or binary matches nothing).
-// Every line ever written states a fact about one point of the netns's
-// history, so concurrent writers need no lock.
+// So the fact follows podwire's own batches from process to process, a
+// burst of concurrent ADDs included, and stops at anyone else's commit. A
+// rebuild or a failed batch proves nothing. The line carries a checksum (a
+// torn read is no fact), the netns cookie and the boot time (a stateDir
+// kept across a reboot, or seen from another netns, matches nothing), and
+// each table's identity and hash (another config or binary matches
+// nothing).
 type Intact struct {
-	path     string
-	ident    string // netns cookie and boot time
-	tables   string // "family/name/marker ..." of the tables; "" for DEL, from the file
-	markers  map[ID]string
-	start    uint32
-	known    bool
-	verified bool
-	ours     int
-	spoiled  bool
-	closed   bool
+	path    string
+	ident   string // netns cookie and boot time
+	tables  string // "family/name/marker ..."; for DEL, the file's
+	markers map[ID]string
+	fd      int // the socket of Generation; -1 without one
+	// cur is a generation at which this invocation knows the tables
+	// intact, when knows.
+	cur     uint32
+	knows   bool
+	known   bool // the file said so at the start: the verify may be skipped
+	start   uint32
+	spoiled bool
 }
 
 // intactVersion is the file format's first field.
 const intactVersion = "v1"
 
 // OpenIntact reads the generation and the file at path. want is the tables
-// the caller wants; nil takes them from the file (DEL, which does not plan
-// the tables, carries the fact forward through its own batches). Nothing
-// it meets is an error: without a generation or a file the invocation
-// verifies as before.
+// the caller wants; nil takes them from the file (DEL and GC, which do not
+// plan the tables, carry the fact through their own batches). Nothing it
+// meets is an error: without a generation or a file the invocation
+// verifies as before. Close releases its socket.
 func OpenIntact(path string, want []*Table) *Intact {
-	in := &Intact{path: path, markers: map[ID]string{}}
-	gen, cookie, err := generationAndCookie()
+	in := &Intact{path: path, markers: map[ID]string{}, fd: -1}
+	fd, cookie, err := generationSocket()
 	if err != nil {
 		in.spoiled = true
 		return in
 	}
-	in.start = gen
+	in.fd = fd
+	if in.start, err = readGeneration(fd); err != nil {
+		in.spoiled = true
+		return in
+	}
 	in.ident = strconv.FormatUint(cookie, 10) + " " + strconv.FormatInt(bootTime(), 10)
 	if want != nil {
 		specs := make([]string, len(want))
@@ -77,7 +85,11 @@ func OpenIntact(path string, want []*Table) *Intact {
 		}
 		in.tables = strings.Join(specs, " ")
 	}
-	fgen, ftables, ok := in.read()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return in
+	}
+	fgen, ftables, ok := in.parse(b)
 	if !ok {
 		return in
 	}
@@ -87,54 +99,39 @@ func OpenIntact(path string, want []*Table) *Intact {
 			f := strings.SplitN(s, "/", 3)
 			fam, err := strconv.Atoi(f[0])
 			if len(f) != 3 || err != nil {
-				in.spoiled = true
 				return in
 			}
 			in.markers[ID{nftables.TableFamily(fam), f[1]}] = f[2]
 		}
 	}
-	in.known = fgen == gen && ftables == in.tables
+	in.known = fgen == in.start && ftables == in.tables && in.tables != ""
+	in.cur, in.knows = in.start, in.known
 	return in
 }
 
-// Known reports whether the tables were intact at the current generation:
-// the verify may be skipped.
+// Known reports whether the tables were intact at the generation of the
+// start: the verify may be skipped.
 func (in *Intact) Known() bool { return in.known && !in.spoiled }
 
-// Verified records that the caller's verify, which began at the
-// generation OpenIntact read, found no drift.
-func (in *Intact) Verified() { in.verified = true }
+// Verified records that the caller's verify, begun after OpenIntact, found
+// no drift: the tables were intact at the start's generation if nothing
+// committed since, which the first batch checks.
+func (in *Intact) Verified() { in.cur, in.knows = in.start, true }
 
-// Spoil records that this invocation proves nothing (a rebuild).
-func (in *Intact) Spoil() { in.spoiled = true }
+// Spoil records that this invocation proves nothing more (a rebuild).
+func (in *Intact) Spoil() { in.spoiled, in.knows = true, false }
 
-// Close writes the fact for the generation reached, when proven (see
-// Intact). Calling it again does nothing.
+// Close releases the socket.
 func (in *Intact) Close() {
-	if in.closed || in.spoiled || !(in.known || in.verified) || in.tables == "" {
-		in.closed = true
-		return
+	if in.fd >= 0 {
+		unix.Close(in.fd)
+		in.fd = -1
 	}
-	in.closed = true
-	gen, _, err := generationAndCookie()
-	if err != nil || gen != in.start+uint32(in.ours) || gen < in.start {
-		return // another commit came between, or the counter wrapped
-	}
-	line := intactVersion + " " + strconv.FormatUint(uint64(gen), 10) + " " + in.ident + " " + in.tables
-	line += " " + strconv.FormatUint(checksum(line), 10) + "\n"
-	// One write at offset 0 of a file truncated first: a reader sees the
-	// whole line, nothing, or (two writers) two whole lines' overlap that
-	// the checksum of the first line refuses.
-	_ = os.WriteFile(in.path, []byte(line), 0o600)
 }
 
-// read parses the file: its generation and tables when its checksum and
-// identity match.
-func (in *Intact) read() (gen uint32, tables string, ok bool) {
-	b, err := os.ReadFile(in.path)
-	if err != nil {
-		return 0, "", false
-	}
+// parse reads the file's line: its generation and tables when its checksum
+// and identity match.
+func (in *Intact) parse(b []byte) (gen uint32, tables string, ok bool) {
 	line, _, _ := strings.Cut(string(b), "\n")
 	i := strings.LastIndexByte(line, ' ')
 	if i < 0 {
@@ -163,8 +160,54 @@ func checksum(s string) uint64 {
 	return h.Sum64()
 }
 
-// Conn wraps c so that every batch it flushes is counted and carries the
-// no-op marker update of a table its elements touch (see Intact).
+// flush flushes the batch queued on c, which touched table t's sets, and
+// carries the fact across it (see Intact).
+func (in *Intact) flush(c Conn, t *nftables.Table) error {
+	marker, ok := "", false
+	if t != nil && !in.spoiled && in.fd >= 0 && in.tables != "" {
+		marker, ok = in.markers[ID{t.Family, t.Name}]
+	}
+	if !ok {
+		in.knows = false
+		return c.Flush()
+	}
+	f, err := os.OpenFile(in.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		in.knows = false
+		return c.Flush()
+	}
+	defer f.Close() // and the lock with it
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	before, gerr := readGeneration(in.fd)
+	intact := gerr == nil && in.knows && in.cur == before
+	if !intact && gerr == nil {
+		buf := make([]byte, 4096)
+		n, _ := f.ReadAt(buf, 0)
+		g, tables, ok := in.parse(buf[:n])
+		intact = ok && g == before && tables == in.tables
+	}
+	c.AddChain(&nftables.Chain{Name: marker, Table: &nftables.Table{Family: t.Family, Name: t.Name}})
+	if err := c.Flush(); err != nil {
+		in.Spoil()
+		return err
+	}
+	after, gerr := readGeneration(in.fd)
+	in.knows = intact && gerr == nil && after == before+1 && after != 0
+	if in.knows {
+		in.cur = after
+		line := intactVersion + " " + strconv.FormatUint(uint64(after), 10) + " " + in.ident + " " + in.tables
+		line += " " + strconv.FormatUint(checksum(line), 10) + "\n"
+		// Under the lock; a reader without it (OpenIntact) that meets a
+		// half-written line fails its checksum.
+		if _, err := f.WriteAt([]byte(line), 0); err == nil {
+			_ = f.Truncate(int64(len(line)))
+		}
+	}
+	return nil
+}
+
+// Conn wraps c so that every batch it flushes carries the fact (see
+// Intact).
 func (in *Intact) Conn(c Conn) Conn { return &witnessConn{Conn: c, in: in} }
 
 // witnessConn is Intact's view of the invocation's batches.
@@ -216,24 +259,9 @@ func (w *witnessConn) AddSet(s *nftables.Set, e []nftables.SetElement) error {
 	return w.Conn.AddSet(s, e)
 }
 
-// Flush adds the witness, flushes, and counts the commit; a batch whose
-// table has no known marker, or that fails, spoils the invocation.
+// Flush flushes the batch through Intact.
 func (w *witnessConn) Flush() error {
 	t := w.touched
 	w.touched = nil
-	if t != nil {
-		if m, ok := w.in.markers[ID{t.Family, t.Name}]; ok {
-			w.Conn.AddChain(&nftables.Chain{Name: m, Table: &nftables.Table{Family: t.Family, Name: t.Name}})
-		} else {
-			w.in.Spoil()
-		}
-	}
-	err := w.Conn.Flush()
-	switch {
-	case err != nil:
-		w.in.Spoil()
-	case t != nil:
-		w.in.ours++
-	}
-	return err
+	return w.in.flush(w.Conn, t)
 }

@@ -99,6 +99,19 @@ func (n *intactNode) foreign(name string) {
 	}
 }
 
+// racingConn commits another owner's change (after) right after each of
+// its flushes.
+type racingConn struct {
+	*nftables.Conn
+	after func()
+}
+
+func (r *racingConn) Flush() error {
+	err := r.Conn.Flush()
+	r.after()
+	return err
+}
+
 // TestIntactSkipsOnlyAtTheSameGeneration: the verify of an ADD is skipped
 // only when nothing but podwire's own element batches committed since a
 // verify found the tables intact; every other commit brings it back.
@@ -149,6 +162,47 @@ func TestIntactSkipsOnlyAtTheSameGeneration(t *testing.T) {
 	})
 	if n.add("pod8", "10.0.0.8/32", n.want) {
 		t.Error("ADD skipped its verify after a foreign commit inside the previous ADD")
+	}
+
+	// Two ADDs at once, both started at the same generation: the second's
+	// batch follows the first's through the file, and the fact goes on.
+	n.in(func() {
+		a, b := nft.OpenIntact(n.file, n.want), nft.OpenIntact(n.file, n.want)
+		defer a.Close()
+		defer b.Close()
+		if !a.Known() || !b.Known() {
+			t.Fatal("not known at the start of two ADDs")
+		}
+		for i, in := range []*nft.Intact{a, b} {
+			pod := fmt.Sprintf("pod1%d", i+1)
+			e := sourcecheck.Elements(sourcecheck.Pod{HostIfName: pod, Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(11 + i)})}, Name: pod})
+			if err := nft.AddElements(in.Conn(n.c), n.want, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if !n.add("pod13", "10.0.0.13/32", n.want) {
+		t.Error("ADD after two concurrent ADDs verified again")
+	}
+
+	// A foreign commit right after an ADD's batch, before it reads the
+	// generation again, with the ADD's elements all present already (so
+	// its own elements commit nothing): the marker update makes its batch
+	// a commit of its own, so the two are seen as two.
+	n.in(func() {
+		in := nft.OpenIntact(n.file, n.want)
+		defer in.Close()
+		if !in.Known() {
+			t.Fatal("not known at the start")
+		}
+		e := sourcecheck.Elements(sourcecheck.Pod{HostIfName: "pod13", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.13")}, Name: "pod13"})
+		racing := &racingConn{Conn: n.c, after: func() { n.foreign("racer") }}
+		if err := nft.AddElements(in.Conn(racing), n.want, e); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n.add("pod14", "10.0.0.14/32", n.want) {
+		t.Error("ADD skipped its verify after a foreign commit raced an ADD's batch")
 	}
 
 	// Another config (other tables or hashes) is another fact.

@@ -148,6 +148,7 @@ func (s *session) ensureTables(want []*nft.Table) error {
 	if err != nil {
 		return err
 	}
+	s.closeIntact() // a repeated ADD's teardown may have opened one
 	s.intact = nft.OpenIntact(filepath.Join(s.conf.StateDir, intactFile), want)
 	c = s.intact.Conn(c)
 	s.nft = c
@@ -182,7 +183,7 @@ const intactFile = "nft-intact"
 
 // carryIntact lets the element batches of a verb that does not verify
 // (DEL, GC, ADD's rollback before ensureTables) carry the fact of the
-// file forward, on the connection c.
+// file forward (nft.Intact), on the connection c.
 func (s *session) carryIntact(c nft.Conn) nft.Conn {
 	if s.intact == nil {
 		s.intact = nft.OpenIntact(filepath.Join(s.conf.StateDir, intactFile), nil)
@@ -191,8 +192,8 @@ func (s *session) carryIntact(c nft.Conn) nft.Conn {
 	return s.nft
 }
 
-// closeIntact writes what the invocation proved (nft.Intact.Close); every
-// verb that flushes calls it once at its end.
+// closeIntact releases the generation socket of nft.Intact; every verb
+// that may flush calls it at its end.
 func (s *session) closeIntact() {
 	if s.intact != nil {
 		s.intact.Close()
