@@ -22,7 +22,7 @@ const (
 // and never for an empty one (net/netfilter/nf_tables_api.c,
 // nf_tables_commit). One socket, one request, one reply: no dump.
 func Generation() (uint32, error) {
-	fd, _, err := generationSocket()
+	fd, err := GenerationSocket()
 	if err != nil {
 		return 0, err
 	}
@@ -30,19 +30,14 @@ func Generation() (uint32, error) {
 	return readGeneration(fd)
 }
 
-// generationSocket opens the NETLINK_NETFILTER socket readGeneration
-// asks on, and returns the netns cookie of the socket (SO_NETNS_COOKIE:
-// unique to the netns until reboot, never reused).
-func generationSocket() (fd int, cookie uint64, err error) {
-	fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+// GenerationSocket opens a NETLINK_NETFILTER socket in the calling
+// thread's netns, for the generation requests of an Intact.
+func GenerationSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
 	if err != nil {
-		return -1, 0, fmt.Errorf("nftables generation: %w", err)
+		return -1, fmt.Errorf("nftables generation: %w", err)
 	}
-	if cookie, err = unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE); err != nil {
-		unix.Close(fd)
-		return -1, 0, fmt.Errorf("netns cookie: %w", err)
-	}
-	return fd, cookie, nil
+	return fd, nil
 }
 
 // bootTime is when the machine booted, in Unix seconds (CLOCK_REALTIME

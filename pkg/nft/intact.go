@@ -64,13 +64,30 @@ const intactVersion = "v1"
 // meets is an error: without a generation or a file the invocation
 // verifies as before. Close releases its socket.
 func OpenIntact(path string, want []*Table) *Intact {
+	fd, err := GenerationSocket()
+	return openIntact(path, want, fd, err)
+}
+
+// OpenIntactFD is OpenIntact on fd, a socket of GenerationSocket (for a
+// caller outside the netns, which opened it there); the Intact closes it.
+func OpenIntactFD(path string, want []*Table, fd int) *Intact {
+	return openIntact(path, want, fd, nil)
+}
+
+func openIntact(path string, want []*Table, fd int, err error) *Intact {
 	in := &Intact{path: path, markers: map[ID]string{}, fd: -1}
-	fd, cookie, err := generationSocket()
 	if err != nil {
 		in.spoiled = true
 		return in
 	}
 	in.fd = fd
+	// SO_NETNS_COOKIE: unique to the socket's netns until reboot, never
+	// reused.
+	cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	if err != nil {
+		in.spoiled = true
+		return in
+	}
 	if in.start, err = readGeneration(fd); err != nil {
 		in.spoiled = true
 		return in
