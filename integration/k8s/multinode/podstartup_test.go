@@ -140,7 +140,7 @@ func podPhases(ctx context.Context, ns, selector string) (map[string]string, err
 	}
 	var list struct {
 		Items []struct {
-			Metadata struct{ Name string } `json:"metadata"`
+			Metadata struct{ Name string }  `json:"metadata"`
 			Status   struct{ Phase string } `json:"status"`
 		} `json:"items"`
 	}
