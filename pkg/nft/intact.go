@@ -203,7 +203,11 @@ func (in *Intact) flush(c Conn, t *nftables.Table) error {
 		g, tables, ok := in.parse(buf[:n])
 		intact = ok && g == before && tables == in.tables
 	}
-	c.AddChain(&nftables.Chain{Name: marker, Table: &nftables.Table{Family: t.Family, Name: t.Name}})
+	if intact {
+		// Only then: the marker is known to exist, so its no-op update
+		// creates nothing (a stale file's marker would be a new chain).
+		c.AddChain(&nftables.Chain{Name: marker, Table: &nftables.Table{Family: t.Family, Name: t.Name}})
+	}
 	if err := c.Flush(); err != nil {
 		in.Spoil()
 		return err

@@ -291,4 +291,20 @@ func TestIntactRebuildProvesNothing(t *testing.T) {
 	if err != nil || len(drift) > 0 {
 		t.Errorf("after the repair: drift %v, %v", drift, err)
 	}
+
+	// The tables replaced by another config's (another hash): the file's
+	// marker is gone, and a DEL carrying the stale file must not create it.
+	other := sourcecheck.Table()
+	other.Sets[0].Comment += " (another build)"
+	n.c.DelTable(&nftables.Table{Family: other.Family, Name: other.Name})
+	if err := nft.Build(n.c, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n.del("pod2", "10.0.0.2/32")
+	if drift, err := nft.Verify(n.c, other); err != nil || len(drift) > 0 {
+		t.Errorf("a DEL with a stale file changed the tables: drift %v, %v", drift, err)
+	}
 }
