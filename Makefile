@@ -118,12 +118,17 @@ k8s-bins:
 # agent's images.
 K8S_TEST_ENV = PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
+# The single-node and the multi-node suites run at once (-p 2): each
+# cluster is private to its run, and the first ends while the second sets
+# up; go test then prints each package's output whole, as it ends.
 test-k8s: deps image image-upgrade tools k8s-bins
-	$(K8S_TEST_ENV) $(GO) test -count=1 -p 1 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+	$(K8S_TEST_ENV) $(GO) test -count=1 -p 2 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
-# beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go).
+# beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go),
+# after the cluster package's checks of the images the suites build.
 test-conformance: deps image image-upgrade tools k8s-bins
+	$(K8S_TEST_ENV) $(GO) test -count=1 ./integration/k8s/cluster/
 	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./integration/k8s/multinode/
 
 demo: deps build tools

@@ -18,7 +18,8 @@
 // Nothing of the host is changed but what cannot be avoided, and that is
 // undone by Stop: the empty mountpoints /var/lib/kubelet (the kubelet's
 // device-plugin path is hard-coded there), /var/lib/cni, /opt/cni/bin and
-// /etc/cni/net.d when they did not exist, and a cgroup root per node in
+// /etc/cni/net.d when they did not exist (shared by the runs on the host at
+// once, and removed by the last one to stop), and a cgroup root per node in
 // every cgroup v1 hierarchy. Inside a node's mount namespace, /run,
 // /var/log, /var/lib/kubelet, /var/lib/cni and the CNI dirs (/opt/cni/bin,
 // /etc/cni/net.d) are directories of the node (Node.Path maps a node path
@@ -133,7 +134,6 @@ type Cluster struct {
 	procs    []*proc      // started daemons, in start order
 	api      *http.Client // the apiserver as admin, dialing in the first node's netns
 	registry *http.Server // StartRegistry's, or nil
-	hostDirs []string     // host mountpoints made by Start, removed by Stop
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -209,7 +209,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.makeSwitch(); err != nil {
 		return c, err
 	}
-	if err := c.makeHostDirs(); err != nil {
+	if err := makeHostDirs(hostMountpoints); err != nil {
 		return c, err
 	}
 	for i := 0; i < opts.Nodes; i++ {
@@ -331,11 +331,7 @@ func (c *Cluster) stop() error {
 		}
 		errs = append(errs, n.removeCgroups())
 	}
-	for i := len(c.hostDirs) - 1; i >= 0; i-- {
-		if err := os.Remove(c.hostDirs[i]); err != nil {
-			errs = append(errs, fmt.Errorf("failed to remove %s: %w", c.hostDirs[i], err))
-		}
-	}
+	errs = append(errs, removeHostDirs(hostMountpoints))
 	for _, n := range c.Nodes {
 		errs = append(errs, removeNetNS(n.NetNS))
 	}

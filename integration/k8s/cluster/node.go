@@ -337,10 +337,17 @@ func removeNetNS(p string) error {
 // dirs from.
 var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d"}
 
-// makeHostDirs creates the host mountpoints (and their missing parents)
-// when absent; Stop removes those it made, deepest first.
-func (c *Cluster) makeHostDirs() error {
-	for _, d := range hostMountpoints {
+// hostDirMark is the extended attribute that marks a directory
+// makeHostDirs created: whichever run stops last removes it (two runs of
+// the package, such as the single-node and the multi-node suites of make
+// test-k8s, may share the mountpoints).
+const hostDirMark = "user.podwire-k8s-cluster"
+
+// makeHostDirs creates the host mountpoints paths (and their missing
+// parents) when absent, each marked with hostDirMark; removeHostDirs
+// removes them.
+func makeHostDirs(paths []string) error {
+	for _, d := range paths {
 		var missing []string
 		for p := d; p != "/"; p = filepath.Dir(p) {
 			if _, err := os.Stat(p); err == nil {
@@ -349,13 +356,73 @@ func (c *Cluster) makeHostDirs() error {
 			missing = append(missing, p)
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
-			if err := os.Mkdir(missing[i], 0o755); err != nil {
+			err := os.Mkdir(missing[i], 0o755)
+			if errors.Is(err, os.ErrExist) {
+				continue // another run made it a moment ago
+			}
+			if err != nil {
 				return err
 			}
-			c.hostDirs = append(c.hostDirs, missing[i])
+			if err := unix.Setxattr(missing[i], hostDirMark, []byte("integration/k8s/cluster"), 0); err != nil {
+				return fmt.Errorf("failed to mark %s: %w", missing[i], err)
+			}
 		}
 	}
 	return nil
+}
+
+// removeHostDirs removes the marked directories among paths and their
+// parents, deepest first, unless a mount namespace of another run still
+// mounts something at or below one: removing a mountpoint on the host
+// would detach that run's mounts. The last run to stop removes them.
+func removeHostDirs(paths []string) error {
+	var dirs []string
+	for _, d := range paths {
+		for p := d; p != "/"; p = filepath.Dir(p) {
+			if _, err := unix.Getxattr(p, hostDirMark, nil); err == nil && !slices.Contains(dirs, p) {
+				dirs = append(dirs, p)
+			}
+		}
+	}
+	// Deepest first: a parent after its children.
+	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	used := mountedPaths()
+	var errs []error
+	for _, d := range dirs {
+		if slices.ContainsFunc(used, func(m string) bool { return m == d || strings.HasPrefix(m, d+"/") }) {
+			continue
+		}
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("failed to remove %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountedPaths returns the mount points of every mount namespace that a
+// live process is in (field 5 of /proc/PID/mountinfo, proc(5)); processes
+// that end while they are read are skipped.
+func mountedPaths() []string {
+	seen := map[string]bool{}
+	var paths []string
+	files, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, f := range files {
+		ns, err := os.Readlink(filepath.Join(filepath.Dir(f), "ns/mnt"))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if fields := strings.Fields(line); len(fields) > 4 {
+				paths = append(paths, fields[4])
+			}
+		}
+	}
+	return paths
 }
 
 // makeCgroups creates the kubelet's cgroupRoot in every cgroup hierarchy

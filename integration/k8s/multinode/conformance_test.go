@@ -174,15 +174,14 @@ func TestConformance(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	dir := filepath.Join(c.Dir, "conformance")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+	if e2eImages.done == nil {
+		t.Fatal("setUp did not push the specs' images (startE2EImages)")
 	}
-	repoList := filepath.Join(dir, "repo-list.yaml")
-	if err := cluster.WriteE2ERepoList(repoList); err != nil {
-		t.Fatal(err)
+	<-e2eImages.done
+	if e2eImages.err != nil {
+		t.Fatal(e2eImages.err)
 	}
-	pushE2EImages(ctx, t, e2eBin, repoList)
+	dir, repoList := filepath.Dir(e2eImages.repoList), e2eImages.repoList
 	needDNS(t)
 	if os.Getenv("PODWIRE_CONFORMANCE_NO_PODWIRE") != "" {
 		withoutPodwire(ctx, t)
@@ -327,20 +326,52 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 	})
 }
 
+// e2eImages is startE2EImages's work: the KUBE_TEST_REPO_LIST file it
+// wrote, its error, and done, closed when it ended.
+var e2eImages struct {
+	done     chan struct{}
+	repoList string
+	err      error
+}
+
+// startE2EImages writes the repo list in the run's conformance directory
+// and pushes the specs' images (pushE2EImages) in the background, while
+// setUp installs the add-ons and podwire; TestConformance waits for it.
+func startE2EImages(ctx context.Context, e2eBin string) {
+	e2eImages.done = make(chan struct{})
+	go func() {
+		defer close(e2eImages.done)
+		if e2eBin == "" {
+			e2eImages.err = fmt.Errorf("needs PODWIRE_E2E, the e2e.test of scripts/e2e-build.sh: run it with make test-k8s")
+			return
+		}
+		dir := filepath.Join(c.Dir, "conformance")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			e2eImages.err = err
+			return
+		}
+		repoList := filepath.Join(dir, "repo-list.yaml")
+		if err := cluster.WriteE2ERepoList(repoList); err != nil {
+			e2eImages.err = err
+			return
+		}
+		e2eImages.repoList, e2eImages.err = repoList, pushE2EImages(ctx, e2eBin, repoList)
+	}()
+}
+
 // pushE2EImages asks e2e.test which images it uses, under the repo list's
 // names, and pushes to the run's registry agnhost (the binary of
 // scripts/k8s-build.sh) under each of its agnhost names (the current one
 // and the previous release's), glibc-dns-testing, and pause, each image
 // built once.
-func pushE2EImages(ctx context.Context, t *testing.T, e2eBin, repoList string) {
-	t.Helper()
+func pushE2EImages(ctx context.Context, e2eBin, repoList string) error {
 	cmd, err := c.E2ECommand(ctx, e2eBin, repoList, "--list-images")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("e2e.test --list-images: %v", err)
+		return fmt.Errorf("e2e.test --list-images: %v", err)
 	}
 	builds := map[string]func() (v1.Image, error){
 		"e2e-test-images/agnhost:":           func() (v1.Image, error) { return cluster.E2EAgnhostImage(os.Getenv("PODWIRE_K8S_BIN")) },
@@ -360,22 +391,23 @@ func pushE2EImages(ctx context.Context, t *testing.T, e2eBin, repoList string) {
 			img := built[prefix]
 			if img == nil {
 				if img, err = build(); err != nil {
-					t.Fatalf("image %s: %v", repoTag, err)
+					return fmt.Errorf("image %s: %v", repoTag, err)
 				}
 				built[prefix] = img
 			}
 			ref, err := c.Push(ctx, img, repoTag)
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 			fmt.Printf("registry: pushed %s (for e2e.test)\n", ref)
 		}
 	}
 	for prefix := range builds {
 		if built[prefix] == nil {
-			t.Fatalf("e2e.test --list-images names no %s/%s... image:\n%s", cluster.RegistryHost, prefix, out)
+			return fmt.Errorf("e2e.test --list-images names no %s/%s... image:\n%s", cluster.RegistryHost, prefix, out)
 		}
 	}
+	return nil
 }
 
 // ginkgoSpec is the part of a spec's entry in a Ginkgo v2 JSON report

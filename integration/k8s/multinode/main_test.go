@@ -88,8 +88,9 @@ func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 // needCluster skips a test when TestMain started no cluster.
 var needCluster = suite.Need
 
-// setUp starts the registry, pushes the add-ons' images and podwire's,
-// installs kube-proxy and flannel (then every node is Ready, and still
+// setUp starts the registry, pushes the add-ons' images and podwire's
+// (and, in the background, TestConformance's: startE2EImages), installs
+// kube-proxy and flannel (then every node is Ready, and still
 // carries the startup taint its kubelet registered it with), puts the
 // test servers' addresses on the outside, runs TestAKSProbe's control
 // while no podwire is in any chain, creates TestStartupTaint's early
@@ -105,6 +106,7 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 	if err != nil {
 		return nil, err
 	}
+	startE2EImages(ctx, os.Getenv("PODWIRE_E2E"))
 	flannelDir := env["PODWIRE_FLANNEL"]
 	fmt.Println("versions:")
 	for _, l := range append(c.Versions(ctx),
