@@ -49,7 +49,7 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance demo bench lint manifests fuzz clean
+.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -130,6 +130,12 @@ test-k8s: deps image image-upgrade tools k8s-bins
 test-conformance: deps image image-upgrade tools k8s-bins
 	$(K8S_TEST_ENV) $(GO) test -count=1 ./integration/k8s/cluster/
 	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./integration/k8s/multinode/
+
+# What users feel at pod start (issue 25): TestPodStartup creates 30 pods at
+# once, with podwire chained and without, and prints the times; figures only
+# (docs/benchmarks.md quotes them), not part of make test.
+bench-k8s: deps image image-upgrade tools k8s-bins
+	$(K8S_TEST_ENV) PODWIRE_K8S_PODSTARTUP=1 $(GO) test -count=1 -p 1 -v -timeout 25m -run '^TestPodStartup$$' ./integration/k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh
