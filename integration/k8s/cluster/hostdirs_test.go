@@ -26,7 +26,7 @@ func TestHostDirsShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The other run's node: a mount namespace with a mount over one path.
-	user := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+	user := exec.Command("unshare", "--mount", "--propagation=private", "sh", "-c",
 		"mount -t tmpfs none "+paths[0]+" && echo up && exec sleep 60")
 	out, err := user.StdoutPipe()
 	if err != nil {
