@@ -296,7 +296,9 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 		t.Fatalf("helm uninstall: %v: %s", err, out)
 	}
 	for _, n := range c.Nodes {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// containerd may still be tearing down a burst of pods
+		// (TestPodStartup), and answers its status late meanwhile.
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		for {
 			conf, err := n.CNIConfig(wctx)
 			if err == nil && strings.Contains(conf, `\"type\":\"flannel\"`) && !strings.Contains(conf, `\"type\":\"podwire\"`) {
