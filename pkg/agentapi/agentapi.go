@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/podwire/podwire/pkg/buildinfo"
@@ -219,36 +220,52 @@ type Status struct {
 }
 
 // Call sends req to the agent at socket, with this build's Header, and
-// returns its response. It retries the connection until ctx ends (the agent
-// may be restarting), so the caller bounds the wait with ctx's deadline. An
-// agent whose protocol versions do not overlap this build's is an
-// *IncompatibleError.
+// returns its response. It retries until ctx ends (the agent may be
+// restarting, so the caller bounds the wait with ctx's deadline): the
+// connection, and the whole exchange when the connection broke before a
+// whole answer came (an agent ending in a DaemonSet rollout accepted it and
+// went; every request is a read, so asking again is safe). An agent whose
+// protocol versions do not overlap this build's is an *IncompatibleError.
 func Call(ctx context.Context, socket string, req Request) (*Response, error) {
-	var d net.Dialer
-	var conn net.Conn
-	var err error
+	req.Header = header(Proto)
 	for {
-		conn, err = d.DialContext(ctx, "unix", socket)
-		if err == nil {
-			break
+		resp, err := exchange(ctx, socket, req)
+		var broken *brokenError
+		if !errors.As(err, &broken) {
+			return resp, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("no podwire agent on %s: %w", socket, err)
+			return nil, broken.err
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// brokenError is a failed exchange worth another try: no agent listening
+// yet, or a connection that broke before the answer.
+type brokenError struct{ err error }
+
+func (e *brokenError) Error() string { return e.err.Error() }
+func (e *brokenError) Unwrap() error { return e.err }
+
+// exchange is one connection of Call.
+func exchange(ctx context.Context, socket string, req Request) (*Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, &brokenError{fmt.Errorf("no podwire agent on %s: %w", socket, err)}
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
-	req.Header = header(Proto)
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return nil, fmt.Errorf("failed to send to the podwire agent on %s: %w", socket, err)
+		return nil, brokenIf(fmt.Errorf("failed to send to the podwire agent on %s: %w", socket, err))
 	}
 	resp := &Response{}
 	if err := json.NewDecoder(io.LimitReader(conn, maxMessage)).Decode(resp); err != nil {
-		return nil, fmt.Errorf("no answer from the podwire agent on %s: %w", socket, err)
+		return nil, brokenIf(fmt.Errorf("no answer from the podwire agent on %s: %w", socket, err))
 	}
 	// The agent refused our version (its answer says what it reads), or
 	// answered in one we cannot read.
@@ -256,6 +273,17 @@ func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 		return nil, &IncompatibleError{Side: "plugin", Peer: resp.Header}
 	}
 	return resp, nil
+}
+
+// brokenIf marks err as worth another try when the connection ended before
+// a whole message (the peer closed or reset it); a timeout or a malformed
+// answer is final.
+func brokenIf(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return &brokenError{err}
+	}
+	return err
 }
 
 // Notify sends req to the agent at socket once, without Call's retries,

@@ -278,3 +278,67 @@ func TestNotify(t *testing.T) {
 		t.Errorf("Notify without an agent took %v, want about its 300 ms timeout", took)
 	}
 }
+
+// TestCallRetriesABrokenExchange: an agent that accepts the connection and
+// goes without answering (the old agent of a DaemonSet rollout, killed in
+// the middle) is asked again until one answers; a mute agent is not asked
+// past the caller's deadline.
+func TestCallRetriesABrokenExchange(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := accepted.Add(1)
+			if n == 1 {
+				// Gone with the request unread: the kernel resets the
+				// connection (ECONNRESET on the reader), as helper runs saw.
+				time.Sleep(50 * time.Millisecond)
+				conn.Close()
+				continue
+			}
+			if _, err := bufio.NewReader(conn).ReadString('\n'); err != nil {
+				conn.Close()
+				continue
+			}
+			if n == 2 { // gone mid-answer: the reader sees an unexpected EOF
+				_, _ = io.WriteString(conn, `{"annotations":`)
+			} else {
+				_ = json.NewEncoder(conn).Encode(&Response{Header: header(Proto), Annotations: map[string]string{"a": "b"}})
+			}
+			conn.Close()
+		}
+	}()
+	resp, err := Call(ctx(t), sock, Request{Op: OpPod, Namespace: "ns", Name: "p"})
+	if err != nil {
+		t.Fatalf("Call after two broken exchanges: %v", err)
+	}
+	if resp.Annotations["a"] != "b" || accepted.Load() != 3 {
+		t.Errorf("answer %+v after %d connections, want the third's", resp, accepted.Load())
+	}
+
+	// A mute agent (accepts, never answers): the deadline ends it.
+	mute := filepath.Join(t.TempDir(), "mute.sock")
+	ml, err := net.Listen("unix", mute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ml.Close()
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := Call(short, mute, Request{Op: OpPod}); err == nil {
+		t.Error("a mute agent: no error")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Call to a mute agent took %v, want about its 300 ms deadline", took)
+	}
+}
