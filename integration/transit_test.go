@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -9,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
+	"github.com/podwire/podwire/integration/packets"
 )
 
 // invalidDrop is what kube-proxy puts on every node: conntrack's INVALID
@@ -75,7 +73,10 @@ func TestForwardingNotrack(t *testing.T) {
 			}); err != nil {
 				t.Fatalf("client %s -> server %s through the router: %v", c4, be.v4, err)
 			}
-			tracked := conntrackFrom(t, n.NS, c4)
+			tracked, err := packets.ConntrackFrom(n.NS, c4)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if notrack && tracked > 0 {
 				t.Fatalf("notrack: %d conntrack entries from the client %s: the transit flow was tracked\n%s", tracked, c4, nftList(t, n.NS))
 			}
@@ -101,7 +102,7 @@ func TestForwardingNotrack(t *testing.T) {
 				{"ip", "link", "set", "asym1", "up"},
 				{"sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.asym1.rp_filter=0"},
 			})
-			err := dialTCP(cns, netip.Addr{}, netip.AddrPortFrom(be.v4, srv.port()), 2*time.Second)
+			err = dialTCP(cns, netip.Addr{}, netip.AddrPortFrom(be.v4, srv.port()), 2*time.Second)
 			if notrack && err != nil {
 				t.Fatalf("notrack: the asymmetric transit flow failed: %v", err)
 			}
@@ -125,33 +126,4 @@ func TestForwardingNotrack(t *testing.T) {
 			}
 		})
 	}
-}
-
-// conntrackFrom counts the conntrack entries of netns whose original
-// source is src.
-func conntrackFrom(t *testing.T, netns ns.NetNS, src netip.Addr) int {
-	t.Helper()
-	k := 0
-	if err := netns.Do(func(ns.NetNS) error {
-		var flows []*netlink.ConntrackFlow
-		var err error
-		for range 5 {
-			flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4) // dump retried
-			if !errors.Is(err, netlink.ErrDumpInterrupted) {
-				break
-			}
-		}
-		if err != nil {
-			return err
-		}
-		for _, f := range flows {
-			if a, ok := netip.AddrFromSlice(f.Forward.SrcIP); ok && a.Unmap() == src {
-				k++
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return k
 }

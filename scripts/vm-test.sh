@@ -41,7 +41,7 @@ GO=${GO:-go}
 # crc32c_generic first: libcrc32c asks the crypto API for "crc32c" at load time
 # and there is no modprobe helper to load it on demand.
 MODULES="crc32c_generic bridge 8021q veth dummy nf_tables nft_meta_bridge
-nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct"
+nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct nf_conntrack_netlink"
 # Modules copied to /lib/modules but not loaded at boot: the test that needs
 # one loads it (finit_module) and unloads it again, so that the rest of the
 # suite runs without it. Their dependencies must be in MODULES.
