@@ -292,13 +292,33 @@ func runShard(ctx context.Context, e2eBin, repoList, dir string, specs []string)
 // again as TestMain installed it, for the tests after this one.
 func withoutPodwire(ctx context.Context, t *testing.T) {
 	t.Helper()
+	// An uninstall rightly keeps podwire in the chain while pods it wired
+	// run: the cluster's DNS (two pods, when a test installed it) goes
+	// first and comes back without podwire, and again with it after; the
+	// DELs of earlier pods are waited for (the API drops a pod before the
+	// kubelet's teardown runs them).
+	hadDNS := strings.Contains(kubectl(t, "", "-n", "kube-system", "get", "deployment", "--ignore-not-found", "-o", "name"), "coredns")
+	dropDNS := func() {
+		kubectl(t, "", "-n", "kube-system", "delete", "deployment", "coredns", "--ignore-not-found",
+			"--cascade=foreground", "--wait=true", "--timeout=120s")
+	}
+	againDNS := func() {
+		if hadDNS {
+			dnsOnce = sync.Once{} // installed as needDNS installed it
+			needDNS(t)
+		}
+	}
+	dropDNS()
+	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	for _, n := range c.Nodes {
+		waitNoAttachments(t, wctx, n)
+	}
+	wcancel()
 	if out, err := c.Helm(ctx, helmBin, "uninstall", release, "--namespace", releaseNS, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("helm uninstall: %v: %s", err, out)
 	}
 	for _, n := range c.Nodes {
-		// containerd may still be tearing down a burst of pods
-		// (TestPodStartup), and answers its status late meanwhile.
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		for {
 			conf, err := n.CNIConfig(wctx)
 			if err == nil && strings.Contains(conf, `\"type\":\"flannel\"`) && !strings.Contains(conf, `\"type\":\"podwire\"`) {
@@ -312,8 +332,12 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 		}
 		cancel()
 	}
-	fmt.Println("conformance: control run, podwire uninstalled: every node's chain is flannel, portmap")
+	fmt.Println("podwire uninstalled: every node's chain is flannel, portmap")
+	againDNS()
 	t.Cleanup(func() {
+		if hadDNS {
+			dropDNS()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		if err := helm(ctx, "install", podwirePinned); err != nil {
@@ -325,6 +349,7 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 				t.Error(err)
 			}
 		}
+		againDNS()
 	})
 }
 
