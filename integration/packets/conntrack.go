@@ -17,7 +17,7 @@ func ConntrackFrom(netns ns.NetNS, src netip.Addr) (int, error) {
 		var flows []*netlink.ConntrackFlow
 		var err error
 		for range 5 {
-			flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+			flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4) // dump retried
 			if !errors.Is(err, netlink.ErrDumpInterrupted) {
 				break
 			}
