@@ -339,6 +339,15 @@ func TestRender(t *testing.T) {
 			}
 		},
 	}, {
+		name: "a VLAN grant with VRRP",
+		set:  []string{`config.vlanGrants=[{"vlans":"100","namespaces":["nf-a"],"subnets":["192.0.2.0/24"],"vrrp":"7-9"}]`},
+		check: func(t *testing.T, o *objects) {
+			entry := o.configMaps["podwire-config"].Data["entry"]
+			if !strings.Contains(entry, `"vlanGrants":[{"namespaces":["nf-a"],"subnets":["192.0.2.0/24"],"vlans":"100","vrrp":"7-9"}]`) {
+				t.Errorf("entry %s: want the grant with its vrrp key", entry)
+			}
+		},
+	}, {
 		name: "digest wins over tag",
 		set:  []string{`image={"repository":"registry.example/podwire-agent","tag":"v1.2.3","digest":"` + digest + `"}`},
 		check: func(t *testing.T, o *objects) {
@@ -491,6 +500,7 @@ func TestRefused(t *testing.T) {
 		{`config.forwarding.namespaces="nf-*"`, "forwarding/namespaces"},
 		{`config.forwading={"namespaces":["nf-*"]}`, "forwading"},
 		{`config.allowedVLANs=100`, "allowedVLANs"},
+		{`config.vlanGrants=[{"vlans":"100","subnets":["192.0.2.0/24"],"vrrp":7}]`, "vrrp"},
 		{`config.probeSNAT.interfaces=["eth0"]`, "config.probeSNAT.interfaces"},
 		{`config.probeSNAT.preset="aws"`, "preset"},
 		{`config.extra={"stateDir":"/var/run/x"}`, "config.extra.stateDir"},
