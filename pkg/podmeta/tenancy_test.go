@@ -58,22 +58,7 @@ func TestAdmitTenancy(t *testing.T) {
 			[]string{AnnotationAllowedPrefixes, "10.99.1.0/24", "forwarding.namespaces"}},
 	} {
 		err := Admit(c, Identity{Namespace: tc.ns, Name: "p"}, &tc.a)
-		if tc.mention == nil {
-			if err != nil {
-				t.Errorf("%s: refused: %v", tc.name, err)
-			}
-			continue
-		}
-		var te *types.Error
-		if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig {
-			t.Errorf("%s: got %v, want CNI error 7", tc.name, err)
-			continue
-		}
-		for _, m := range tc.mention {
-			if !strings.Contains(te.Msg, m) {
-				t.Errorf("%s: %q does not mention %s", tc.name, te.Msg, m)
-			}
-		}
+		checkAdmission(t, tc.name, err, tc.mention)
 	}
 }
 
@@ -182,5 +167,28 @@ func TestAdmitVLANByLabels(t *testing.T) {
 	if !NeedsNamespaceLabels(c, Identity{Namespace: "a-1"}, &Annotations{VLAN: 100}) ||
 		NeedsNamespaceLabels(c, Identity{Namespace: "a-1"}, &Annotations{}) {
 		t.Error("NeedsNamespaceLabels: want the labels read for a VLAN pod only")
+	}
+}
+
+// checkAdmission is a gate test's verdict on err, the answer to the case
+// name: admitted when mention is nil, else refused with CNI error 7
+// naming every string of mention.
+func checkAdmission(t *testing.T, name string, err error, mention []string) {
+	t.Helper()
+	if mention == nil {
+		if err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+		return
+	}
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig {
+		t.Errorf("%s: got %v, want CNI error 7", name, err)
+		return
+	}
+	for _, m := range mention {
+		if !strings.Contains(te.Msg, m) {
+			t.Errorf("%s: %q does not mention %s", name, te.Msg, m)
+		}
 	}
 }
