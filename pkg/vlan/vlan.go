@@ -23,53 +23,83 @@ type Set []uint16
 
 // ParseID parses one VLAN ID in 1..4094, decimal digits only (no sign).
 func ParseID(s string) (uint16, error) {
+	n, err := IDRange{"VLAN", "VLAN ID", MinID, MaxID}.ParseID(s)
+	return uint16(n), err
+}
+
+// IDRange is a kind of small integer ID written in lists with ranges, as
+// VLAN IDs are ("100-199,300"): VRRP's virtual router IDs use the same
+// syntax. List and ID name them in errors ("VLAN", "VLAN ID").
+type IDRange struct {
+	List, ID string
+	Min, Max int
+}
+
+// ParseID parses one ID in r.Min..r.Max, decimal digits only (no sign).
+func (r IDRange) ParseID(s string) (int, error) {
 	s = strings.TrimSpace(s)
 	n, err := strconv.Atoi(s)
 	if err != nil || s == "" || strings.Trim(s, "0123456789") != "" {
-		return 0, fmt.Errorf("%q is not a VLAN ID", s)
+		return 0, fmt.Errorf("%q is not a %s", s, r.ID)
 	}
-	if n < MinID || n > MaxID {
-		return 0, fmt.Errorf("VLAN ID %d is out of range %d-%d", n, MinID, MaxID)
+	if n < r.Min || n > r.Max {
+		return 0, fmt.Errorf("%s %d is out of range %d-%d", r.ID, n, r.Min, r.Max)
 	}
-	return uint16(n), nil
+	return n, nil
+}
+
+// Parse parses a comma list of IDs and inclusive ranges into the sorted,
+// distinct IDs. Blanks around items are ignored; an empty string is the
+// empty list. An empty item, a range whose end is below its start
+// ("300-200") and an ID out of range are errors.
+func (r IDRange) Parse(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	seen := make(map[int]bool)
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("empty item in %s list %q", r.List, s)
+		}
+		lo, hi, isRange := strings.Cut(item, "-")
+		first, err := r.ParseID(lo)
+		if err != nil {
+			return nil, err
+		}
+		last := first
+		if isRange {
+			if last, err = r.ParseID(hi); err != nil {
+				return nil, err
+			}
+			if last < first {
+				return nil, fmt.Errorf("%s range %q is reversed", r.List, item)
+			}
+		}
+		for id := first; id <= last; id++ {
+			seen[id] = true
+		}
+	}
+	ids := make([]int, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids, nil
 }
 
 // Parse parses a comma list of VLAN IDs and inclusive ranges ("100-199,300").
 // Blanks around items are ignored; an empty string is the empty set. A range
 // whose end is below its start ("300-200") and an ID outside 1..4094 are errors.
 func Parse(s string) (Set, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
+	ids, err := IDRange{"VLAN", "VLAN ID", MinID, MaxID}.Parse(s)
+	if err != nil || ids == nil {
+		return nil, err
 	}
-	seen := make(map[uint16]bool)
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			return nil, fmt.Errorf("empty item in VLAN list %q", s)
-		}
-		lo, hi, isRange := strings.Cut(item, "-")
-		first, err := ParseID(lo)
-		if err != nil {
-			return nil, err
-		}
-		last := first
-		if isRange {
-			if last, err = ParseID(hi); err != nil {
-				return nil, err
-			}
-			if last < first {
-				return nil, fmt.Errorf("VLAN range %q is reversed", item)
-			}
-		}
-		for id := int(first); id <= int(last); id++ {
-			seen[uint16(id)] = true
-		}
+	set := make(Set, len(ids))
+	for i, id := range ids {
+		set[i] = uint16(id)
 	}
-	set := make(Set, 0, len(seen))
-	for id := range seen {
-		set = append(set, id)
-	}
-	sort.Slice(set, func(i, j int) bool { return set[i] < set[j] })
 	return set, nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/podwire/podwire/pkg/vlan"
 )
 
 // MinID and MaxID bound a virtual router ID (RFC 5798 5.2.3: 1-255).
@@ -34,48 +36,27 @@ const MACPrefixBits = 40
 // IDs is a sorted list of distinct VRIDs. The zero value is the empty set.
 type IDs []uint8
 
+// vrids are VRRP's virtual router IDs, written as VLAN lists are.
+var vrids = vlan.IDRange{List: "VRID", ID: "VRID", Min: MinID, Max: MaxID}
+
 // ParseID parses one VRID, decimal digits only.
 func ParseID(s string) (uint8, error) {
-	s = strings.TrimSpace(s)
-	n, err := strconv.Atoi(s)
-	if err != nil || s == "" || strings.Trim(s, "0123456789") != "" {
-		return 0, fmt.Errorf("%q is not a VRID", s)
-	}
-	if n < MinID || n > MaxID {
-		return 0, fmt.Errorf("VRID %d is out of range %d-%d", n, MinID, MaxID)
-	}
-	return uint8(n), nil
+	n, err := vrids.ParseID(s)
+	return uint8(n), err
 }
 
 // ParseIDs parses a comma list of VRIDs and inclusive ranges ("1-20,30"),
 // the syntax of a VLAN list. An empty string is the empty set.
 func ParseIDs(s string) (IDs, error) {
-	var out IDs
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
+	ids, err := vrids.Parse(s)
+	if err != nil || ids == nil {
+		return nil, err
 	}
-	for _, item := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(item, "-")
-		if !isRange {
-			hi = lo
-		}
-		first, err := ParseID(lo)
-		if err != nil {
-			return nil, err
-		}
-		last, err := ParseID(hi)
-		if err != nil {
-			return nil, err
-		}
-		if last < first {
-			return nil, fmt.Errorf("VRID range %q is reversed", strings.TrimSpace(item))
-		}
-		for id := int(first); id <= int(last); id++ {
-			out = append(out, uint8(id))
-		}
+	out := make(IDs, len(ids))
+	for i, id := range ids {
+		out[i] = uint8(id)
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // Contains reports whether id is in s.

@@ -19,7 +19,7 @@ func TestParseIDs(t *testing.T) {
 		{"0", "", 0, "out of range"},
 		{"256", "", 0, "out of range"},
 		{"20-10", "", 0, "reversed"},
-		{"1,,2", "", 0, "not a VRID"},
+		{"1,,2", "", 0, "empty item in VRID list"},
 		{"+7", "", 0, "not a VRID"},
 		{"a", "", 0, "not a VRID"},
 	} {
