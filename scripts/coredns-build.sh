@@ -22,22 +22,12 @@
 set -euo pipefail
 
 VERSION=${1:?usage: coredns-build.sh COREDNS_VERSION CACHE_DIR}
-CACHE=${2:?usage: coredns-build.sh COREDNS_VERSION CACHE_DIR}
-GO=${GO:-go}
-OUT=$CACHE/coredns-$VERSION
-
+OUT=${2:?usage: coredns-build.sh COREDNS_VERSION CACHE_DIR}/coredns-$VERSION
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
 
-if complete "$OUT" "$VERSION" coredns; then
-	echo "coredns-build: $OUT is complete"
-	exit 0
-fi
-
-work=$(mktemp -d /tmp/podwire-corednsbuild.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-gover=$("$GO" env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')
-printf 'module podwire.local/corednsbuild\n\ngo %s\n\nrequire github.com/coredns/coredns %s\n' "$gover" "$VERSION" >"$work/go.mod"
+start_build "$OUT" "$VERSION" coredns
+go_module "$work" corednsbuild github.com/coredns/coredns "$VERSION"
 cat >"$work/main.go" <<'GO'
 // Command coredns is CoreDNS with the plugins of a cluster DNS only.
 package main
@@ -70,6 +60,4 @@ GO
 echo "coredns-build: coredns $VERSION (core/dnsserver and the plugins of a cluster DNS)"
 mkdir -p "$work/out"
 (cd "$work" && time "$GO" build -trimpath -ldflags "-s -w" -o out/coredns .)
-mkdir -p "$OUT"
-mv -f "$work/out/coredns" "$OUT/coredns"
-echo "$VERSION" >"$OUT/.stamp"
+finish_build "$OUT" "$VERSION" "$work/out/coredns"

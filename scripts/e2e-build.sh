@@ -25,9 +25,7 @@
 set -euo pipefail
 
 K8S_VERSION=${1:?usage: e2e-build.sh K8S_VERSION CACHE_DIR}
-CACHE=${2:?usage: e2e-build.sh K8S_VERSION CACHE_DIR}
-GO=${GO:-go}
-OUT=$CACHE/k8s-$K8S_VERSION
+OUT=${2:?usage: e2e-build.sh K8S_VERSION CACHE_DIR}/k8s-$K8S_VERSION
 
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"

@@ -25,27 +25,16 @@ set -euo pipefail
 
 VERSION=${1:?usage: flannel-build.sh FLANNEL_VERSION FLANNEL_CNI_VERSION CACHE_DIR}
 CNI_VERSION=${2:?usage: flannel-build.sh FLANNEL_VERSION FLANNEL_CNI_VERSION CACHE_DIR}
-CACHE=${3:?usage: flannel-build.sh FLANNEL_VERSION FLANNEL_CNI_VERSION CACHE_DIR}
-GO=${GO:-go}
-OUT=$CACHE/flannel-$VERSION
+OUT=${3:?usage: flannel-build.sh FLANNEL_VERSION FLANNEL_CNI_VERSION CACHE_DIR}/flannel-$VERSION
 STAMP="$VERSION $CNI_VERSION"
-BINS=(flanneld install-conf flannel)
-
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
 
-if complete "$OUT" "$STAMP" "${BINS[@]}"; then
-	echo "flannel-build: $OUT is complete"
-	exit 0
-fi
-
-work=$(mktemp -d /tmp/podwire-flannelbuild.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-gover=$("$GO" env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')
+start_build "$OUT" "$STAMP" flanneld install-conf flannel
 
 echo "flannel-build: flanneld and install-conf $VERSION"
 mkdir -p "$work/flannel/out"
-printf 'module podwire.local/flannelbuild\n\ngo %s\n\nrequire github.com/flannel-io/flannel %s\n' "$gover" "$VERSION" >"$work/flannel/go.mod"
+go_module "$work/flannel" flannelbuild github.com/flannel-io/flannel "$VERSION"
 src=$(cd "$work/flannel" && "$GO" mod download -json "github.com/flannel-io/flannel@$VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 [[ -f $src/main.go ]] || { echo "flannel-build: no main.go in $src" >&2; exit 1; }
 grep -v -e '/pkg/backend/tencentvpc"' -e '/pkg/backend/udp"' "$src/main.go" >"$work/flannel/main.go"
@@ -57,10 +46,7 @@ grep -v -e '/pkg/backend/tencentvpc"' -e '/pkg/backend/udp"' "$src/main.go" >"$w
 
 echo "flannel-build: the flannel CNI plugin of containernetworking/plugins $CNI_VERSION"
 mkdir -p "$work/cni/out"
-printf 'module podwire.local/flannelcnibuild\n\ngo %s\n\nrequire github.com/containernetworking/plugins %s\n' "$gover" "$CNI_VERSION" >"$work/cni/go.mod"
+go_module "$work/cni" flannelcnibuild github.com/containernetworking/plugins "$CNI_VERSION"
 (cd "$work/cni" && time "$GO" build -trimpath -ldflags "-s -w" -o out/flannel github.com/containernetworking/plugins/plugins/meta/flannel)
 
-mkdir -p "$OUT"
-for b in flanneld install-conf; do mv -f "$work/flannel/out/$b" "$OUT/$b"; done
-mv -f "$work/cni/out/flannel" "$OUT/flannel"
-echo "$STAMP" >"$OUT/.stamp"
+finish_build "$OUT" "$STAMP" "$work/flannel/out/flanneld" "$work/flannel/out/install-conf" "$work/cni/out/flannel"

@@ -19,27 +19,15 @@
 set -euo pipefail
 
 VERSION=${1:?usage: helm-build.sh HELM_VERSION CACHE_DIR}
-CACHE=${2:?usage: helm-build.sh HELM_VERSION CACHE_DIR}
-GO=${GO:-go}
-OUT=$CACHE/helm-$VERSION
-
+OUT=${2:?usage: helm-build.sh HELM_VERSION CACHE_DIR}/helm-$VERSION
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
 
-if complete "$OUT" "$VERSION" helm; then
-	echo "helm-build: $OUT is complete"
-	exit 0
-fi
-
-work=$(mktemp -d /tmp/podwire-helmbuild.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-gover=$("$GO" env GOVERSION | sed 's/^go//; s/^\([0-9]*\.[0-9]*\).*/\1/')
-printf 'module podwire.local/helmbuild\n\ngo %s\n\nrequire helm.sh/helm/v3 %s\n' "$gover" "$VERSION" >"$work/go.mod"
+start_build "$OUT" "$VERSION" helm
+go_module "$work" helmbuild helm.sh/helm/v3 "$VERSION"
 echo "helm-build: helm $VERSION (helm.sh/helm/v3/cmd/helm)"
 mkdir -p "$work/out"
 (cd "$work" && time "$GO" build -trimpath \
 	-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
 	-o out/helm helm.sh/helm/v3/cmd/helm)
-mkdir -p "$OUT"
-mv -f "$work/out/helm" "$OUT/helm"
-echo "$VERSION" >"$OUT/.stamp"
+finish_build "$OUT" "$VERSION" "$work/out/helm"

@@ -22,7 +22,6 @@ set -euo pipefail
 K8S_VERSION=${1:?usage: k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR}
 ETCD_VERSION=${2:?usage: k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR}
 CACHE=${3:?usage: k8s-build.sh K8S_VERSION ETCD_VERSION CACHE_DIR}
-GO=${GO:-go}
 
 # Each name is a main package of k8s.io/kubernetes (cmd/NAME, or the path
 # given after a colon): the control plane, the node (kubelet, kube-proxy),
@@ -50,9 +49,8 @@ build_k8s() {
 	done
 	mkdir -p "$work/out"
 	(cd "$work" && time "$GO" build -trimpath -ldflags="$ldflags" -o out/ "${pkgs[@]}")
-	mkdir -p "$K8S_OUT"
-	for c in "${K8S_CMDS[@]}"; do mv -f "$work/out/${c%%:*}" "$K8S_OUT/${c%%:*}"; done
-	echo "$K8S_VERSION" >"$K8S_OUT/.stamp"
+	local bins=("${K8S_CMDS[@]%%:*}")
+	finish_build "$K8S_OUT" "$K8S_VERSION" "${bins[@]/#/$work/out/}"
 }
 
 build_etcd() {
@@ -63,9 +61,7 @@ build_etcd() {
 	echo "k8s-build: building etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3, a main package)"
 	mkdir -p "$work/out"
 	(cd "$work" && time "$GO" build -trimpath -ldflags="-s -w" -o out/etcd go.etcd.io/etcd/server/v3)
-	mkdir -p "$ETCD_OUT"
-	mv -f "$work/out/etcd" "$ETCD_OUT/etcd"
-	echo "$ETCD_VERSION" >"$ETCD_OUT/.stamp"
+	finish_build "$ETCD_OUT" "$ETCD_VERSION" "$work/out/etcd"
 }
 
 if complete "$K8S_OUT" "$K8S_VERSION" "${K8S_CMDS[@]%%:*}"; then

@@ -1,5 +1,6 @@
 # k8s-module.sh is sourced by the scripts that build from k8s.io/kubernetes'
-# own packages (k8s-build.sh, e2e-build.sh). They set GO and K8S_VERSION.
+# own packages (k8s-build.sh, e2e-build.sh). They set K8S_VERSION and source
+# build-cache.sh (GO) first.
 #
 # Why a throwaway module: k8s.io/kubernetes is not meant to be required (its
 # go.mod points its 33 staging modules at ./staging/src/...), but its
