@@ -221,6 +221,18 @@ func netipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// listen is a UDP sink on port in p's netns, closed when t ends, and the
+// address datagrams to it go to: p's IPv4 address and port.
+func listen(t *testing.T, p *pod, port uint16) (*packets.Sink, netip.AddrPort) {
+	t.Helper()
+	sink, err := packets.NewSink(p.netns, int(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Close)
+	return sink, netip.AddrPortFrom(p.ip4, port)
+}
+
 // checkedPod proves with packets that p is source-checked: from p's netns
 // three datagrams forged from forged and three from its own IPv4 address go
 // to the sink at to; its own must arrive, none forged may. Failures are

@@ -23,13 +23,7 @@ func TestTablesRepairedBesideKubeProxy(t *testing.T) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	receiver := runPod(t, "default", "repair-receiver", n1, nil)
 	victim := runPod(t, "default", "repair-victim", n2, nil)
-	const port = 7405
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	to := netip.AddrPortFrom(receiver.ip4, port)
+	sink, to := listen(t, receiver, 7405)
 	forged := netip.MustParseAddr("203.0.113.88")
 	checkedPod(t, sink, to, victim, forged, "before the drift")
 	// attempt sends one forged and one genuine datagram tagged i; it is

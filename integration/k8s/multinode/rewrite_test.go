@@ -60,13 +60,7 @@ func TestFlannelRestartRewritesConflist(t *testing.T) {
 
 	receiver := runPod(t, "default", "rewrite-receiver", n1, nil)
 	p := runPod(t, "default", "after-rewrite", n2, nil)
-	const port = 7403
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	to := netip.AddrPortFrom(receiver.ip4, port)
+	sink, to := listen(t, receiver, 7403)
 	forged := netip.MustParseAddr("10.244.0.252")
 	if err := packets.SendFrom(p.netns, forged, to, "forged", 5); err != nil {
 		t.Fatal(err)

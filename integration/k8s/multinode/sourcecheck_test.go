@@ -21,11 +21,7 @@ func TestForgedSourcesDropped(t *testing.T) {
 	const port = 7400
 	receiver := runPod(t, "default", "forge-receiver", c.Nodes[0], nil)
 	sender := runPod(t, "default", "forge-sender", c.Nodes[1], nil)
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
+	sink, _ := listen(t, receiver, port)
 	forged := map[bool][]netip.Addr{
 		false: {netip.MustParseAddr("10.244.0.250"), netip.MustParseAddr("10.244.1.250"), netip.MustParseAddr("203.0.113.66")},
 		true:  {netip.MustParseAddr("fd00:10:244::250"), netip.MustParseAddr("fd00:10:244:1::250"), netip.MustParseAddr("2001:db8:66::66")},

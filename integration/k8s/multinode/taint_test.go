@@ -14,7 +14,6 @@ import (
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/integration/k8s/cluster"
-	"github.com/podwire/podwire/integration/packets"
 )
 
 // startupTaint is the chart's default startup taint (NoSchedule), with
@@ -189,13 +188,7 @@ func TestStartupTaint(t *testing.T) {
 	})
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	receiver := runPod(t, "default", "taint-receiver", n1, nil)
-	const port = 7404
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	to := netip.AddrPortFrom(receiver.ip4, port)
+	sink, to := listen(t, receiver, 7404)
 	forged := netip.MustParseAddr("203.0.113.77")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

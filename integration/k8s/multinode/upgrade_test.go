@@ -58,13 +58,7 @@ func TestHelmUpgrade(t *testing.T) {
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	old := runPod(t, "default", "before-upgrade", n2, nil)
 	receiver := runPod(t, "default", "upgrade-receiver", n1, nil)
-	const port = 7402
-	sink, err := packets.NewSink(receiver.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Close)
-	to := netip.AddrPortFrom(receiver.ip4, port)
+	sink, to := listen(t, receiver, 7402)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pinned, err := c.PushArchive(ctx, upgradeImage, upgradeRef)
