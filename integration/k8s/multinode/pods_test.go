@@ -182,13 +182,35 @@ func exchangeFrom(nsPath string, dst netip.AddrPort) (netip.Addr, error) {
 // addServerAddrs puts serverIP and serverIP6 on the outside network's
 // uplink: the nodes' default routes lead there.
 func addServerAddrs() error {
-	return ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
-		for _, p := range []netip.Prefix{netip.PrefixFrom(serverIP, 32), netip.PrefixFrom(serverIP6, 128)} {
+	return uplinkAddrs(c.OutsideNetNS, netip.PrefixFrom(serverIP, 32), netip.PrefixFrom(serverIP6, 128))
+}
+
+// uplinkAddrs adds prefixes to eth0 in the netns at nsPath: the uplink of
+// a node or of the outside network.
+func uplinkAddrs(nsPath string, prefixes ...netip.Prefix) error {
+	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
+		for _, p := range prefixes {
 			if err := addrOn("eth0", p); err != nil {
 				return err
 			}
 		}
 		return nil
+	})
+}
+
+// nodeAddrs adds prefixes to node n's uplink until t ends.
+func nodeAddrs(t *testing.T, n *cluster.Node, prefixes ...netip.Prefix) {
+	t.Helper()
+	if err := uplinkAddrs(n.NetNS, prefixes...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ns.WithNetNSPath(n.NetNS, func(ns.NetNS) error {
+			for _, p := range prefixes {
+				addrOff("eth0", p)
+			}
+			return nil
+		})
 	})
 }
 

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
 )
@@ -32,25 +30,7 @@ const egressFile = "node-egress-ip.cache"
 // ends.
 func setEgress(t *testing.T, n *cluster.Node, v4, v6 netip.Addr) {
 	t.Helper()
-	prefixes := []netip.Prefix{netip.PrefixFrom(v4, cluster.LinkPrefix.Bits()), netip.PrefixFrom(v6, cluster.LinkPrefix6.Bits())}
-	if err := ns.WithNetNSPath(n.NetNS, func(ns.NetNS) error {
-		for _, p := range prefixes {
-			if err := addrOn("eth0", p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.WithNetNSPath(n.NetNS, func(ns.NetNS) error {
-			for _, p := range prefixes {
-				addrOff("eth0", p)
-			}
-			return nil
-		})
-	})
+	nodeAddrs(t, n, netip.PrefixFrom(v4, cluster.LinkPrefix.Bits()), netip.PrefixFrom(v6, cluster.LinkPrefix6.Bits()))
 	annotateEgress(t, n, v4.String()+","+v6.String())
 }
 
@@ -175,23 +155,7 @@ func TestPerNodeEgress(t *testing.T) {
 	// Node 2 moves to new addresses; its pod is not touched.
 	n2, p2 := c.Nodes[1], pods[1]
 	new4, new6 := netip.MustParseAddr("10.99.0.30"), netip.MustParseAddr("fd99::30")
-	if err := ns.WithNetNSPath(n2.NetNS, func(ns.NetNS) error {
-		for _, p := range []netip.Prefix{netip.PrefixFrom(new4, 24), netip.PrefixFrom(new6, 64)} {
-			if err := addrOn("eth0", p); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ns.WithNetNSPath(n2.NetNS, func(ns.NetNS) error {
-			addrOff("eth0", netip.PrefixFrom(new4, 24))
-			addrOff("eth0", netip.PrefixFrom(new6, 64))
-			return nil
-		})
-	})
+	nodeAddrs(t, n2, netip.PrefixFrom(new4, 24), netip.PrefixFrom(new6, 64))
 	changed := time.Now()
 	kubectl(t, "", "annotate", "node", n2.Name, "--overwrite", annEgressIP+"="+new4.String()+","+new6.String())
 	for _, want := range []netip.Addr{new4, new6} {

@@ -102,9 +102,7 @@ func probe(dst netip.AddrPort, timeout time.Duration) (bool, error) {
 
 // addProbeSource gives the outside network's uplink azureProbe.
 func addProbeSource() error {
-	return ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
-		return addrOn("eth0", netip.PrefixFrom(azureProbe, 64))
-	})
+	return uplinkAddrs(c.OutsideNetNS, netip.PrefixFrom(azureProbe, 64))
 }
 
 // probeControl is the AKS probe measured before podwire is installed
