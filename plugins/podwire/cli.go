@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -47,6 +48,34 @@ func usage(w io.Writer) {
 	for _, c := range cliCommands {
 		fmt.Fprintf(w, "  podwire %-10s %s\n", c.name, c.summary)
 	}
+}
+
+// cliFlags is the flag set of the command whose synopsis is given
+// ("podwire install --bin-dir DIR ..."): parse errors and the usage (the
+// synopsis, then the flags) go to stderr.
+func cliFlags(synopsis string, stderr io.Writer) *flag.FlagSet {
+	words := strings.Fields(synopsis)
+	fs := flag.NewFlagSet(strings.Join(words[:2], " "), flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses the args of a command that takes no positional
+// argument; false means the command exits 2, the error and the usage
+// printed.
+func parseFlags(fs *flag.FlagSet, args []string) bool {
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return false
+	}
+	return true
 }
 
 // cliVersion prints the build (pkg/buildinfo: version, commit, Go), the CNI

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,18 +15,17 @@ import (
 //
 //	podwire install --bin-dir DIR --conflist FILE [--config JSON|@FILE] [--convert] [--json]
 func cliInstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("podwire install", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliFlags("podwire install --bin-dir DIR --conflist FILE [--config JSON|@FILE] [--convert] [--json]", stderr)
 	binDir := fs.String("bin-dir", "", "CNI bin dir to copy the binary into (e.g. /opt/cni/bin); empty: leave binaries alone")
 	conflist := fs.String("conflist", "", "the network's conflist to chain podwire in (e.g. /etc/cni/net.d/10-flannel.conflist)")
 	cfg := fs.String("config", "", "podwire entry as JSON, or @FILE; default: keep the existing entry or add a minimal one")
 	convert := fs.Bool("convert", false, "convert a single-plugin .conf into a conflist (the .conf is kept as FILE.bak)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
+	if !parseFlags(fs, args) {
 		return 2
 	}
-	if *conflist == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: podwire install --bin-dir DIR --conflist FILE [--config JSON|@FILE] [--convert] [--json]")
+	if *conflist == "" {
+		fs.Usage()
 		return 2
 	}
 	o := install.Options{BinDir: *binDir, Conflist: *conflist, Convert: *convert}
@@ -62,19 +60,14 @@ func cliInstall(args []string, stdout, stderr io.Writer) int {
 // node's tables, bridge and state, found from the conflist's podwire entry
 // (or --config, or the defaults).
 func cliUninstall(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("podwire uninstall", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliFlags("podwire uninstall [--bin-dir DIR] [--conflist FILE] [--config JSON|@FILE] [--keep-node] [--force] [--json]", stderr)
 	binDir := fs.String("bin-dir", "", "CNI bin dir to remove the binary from; empty: keep it")
 	conflist := fs.String("conflist", "", "conflist to take the podwire entry out of")
 	cfg := fs.String("config", "", "podwire config as JSON or @FILE, when the conflist no longer holds the entry (for stateDir, bridge, uplink)")
 	keepNode := fs.Bool("keep-node", false, "leave the node's tables, bridge and state in place")
 	force := fs.Bool("force", false, "remove the node resources even while pods are wired")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: podwire uninstall [--bin-dir DIR] [--conflist FILE] [--config JSON|@FILE] [--keep-node] [--force] [--json]")
+	if !parseFlags(fs, args) {
 		return 2
 	}
 	fail := func(err error) int {

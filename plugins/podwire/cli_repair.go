@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -23,12 +22,11 @@ import (
 // without waiting for the next ADD. It prints JSON and exits 0 when the
 // tables are current (repaired or not), 1 otherwise.
 func cliRepair(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("podwire repair", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliFlags("podwire repair [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--unknown] [--drop-unknown IF,...]", stderr)
 	src := entryFlags(fs)
 	unknown := fs.Bool("unknown", false, "also list the node's pod interfaces without a podwire record")
 	dropUnknown := fs.String("drop-unknown", "", "comma-separated unknown interfaces whose sources to check as a pod's (implies --unknown)")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	if !parseFlags(fs, args) {
 		return 2
 	}
 	entry, from, warn, err := findEntry(src.confDir, src.conflist, src.config)

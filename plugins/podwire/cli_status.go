@@ -37,15 +37,10 @@ type nodeStatus struct{ cliapi.NodeStatus }
 //
 // It exits 0 when it could read the node, warnings or not, 1 otherwise.
 func cliStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("podwire status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cliFlags("podwire status [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--json]", stderr)
 	src := entryFlags(fs)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: podwire status [--conflist FILE | --conf-dir DIR] [--config JSON|@FILE] [--json]")
+	if !parseFlags(fs, args) {
 		return 2
 	}
 	st, err := readStatus(src.confDir, src.conflist, src.config)
