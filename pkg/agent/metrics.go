@@ -102,22 +102,18 @@ var (
 func newMetrics(version string) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "podwire_table_repairs_total",
-			Help: "Repairs of podwire's nftables by the agent, by table (\"inet podwire\") and kind: tables (missing or drifted, rebuilt; or obsolete, deleted) or elements (pods' set elements missing, re-added).",
-		}, []string{"kind", "table"}),
-		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "podwire_conflist_restores_total",
-			Help: "Restores of podwire's entry in the node's CNI chain after a primary's installer rewrote it, by mode (edit, derive).",
-		}, []string{"mode"}),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "podwire_agent_socket_requests_total",
-			Help: "Requests of the plugin on the agent's unix socket, by op.",
-		}, []string{"op"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "podwire_agent_socket_errors_total",
-			Help: "Requests on the agent's unix socket answered with a CNI error code, by op.",
-		}, []string{"op"}),
+		repairs: counterVec("podwire_table_repairs_total",
+			"Repairs of podwire's nftables by the agent, by table (\"inet podwire\") and kind: tables (missing or drifted, rebuilt; or obsolete, deleted) or elements (pods' set elements missing, re-added).",
+			"kind", "table"),
+		restores: counterVec("podwire_conflist_restores_total",
+			"Restores of podwire's entry in the node's CNI chain after a primary's installer rewrote it, by mode (edit, derive).",
+			"mode"),
+		requests: counterVec("podwire_agent_socket_requests_total",
+			"Requests of the plugin on the agent's unix socket, by op.",
+			"op"),
+		errors: counterVec("podwire_agent_socket_errors_total",
+			"Requests on the agent's unix socket answered with a CNI error code, by op.",
+			"op"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "podwire_agent_socket_request_duration_seconds",
 			Help: "Time the agent took to answer a request on its unix socket, by op.",
@@ -125,10 +121,9 @@ func newMetrics(version string) *metrics {
 			// the API's timeout: 100 us to 10 s.
 			Buckets: prometheus.ExponentialBucketsRange(0.0001, 10, 11),
 		}, []string{"op"}),
-		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "podwire_refusals_total",
-			Help: "ADDs refused, by reason: the plugin's gates, which it reports to the agent (forwarding-namespace, routable-prefixes, allowed-vlans, bad-annotation, ...), and the agent's refusals of the plugin's pod lookups (bad-request, uid-mismatch, not-found, api-error).",
-		}, []string{"reason"}),
+		refusals: counterVec("podwire_refusals_total",
+			"ADDs refused, by reason: the plugin's gates, which it reports to the agent (forwarding-namespace, routable-prefixes, allowed-vlans, bad-annotation, ...), and the agent's refusals of the plugin's pod lookups (bad-request, uid-mismatch, not-found, api-error).",
+			"reason"),
 		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podwire_unknown_interfaces",
 			Help: "The node's pod interfaces without a podwire record at the last drift tick: pods wired while podwire was out of the runtime's chain (unknownInterfaces report or drop).",
@@ -158,6 +153,12 @@ func newMetrics(version string) *metrics {
 		m.refusals.WithLabelValues(r)
 	}
 	return m
+}
+
+// counterVec is a counter named name, with help and one series per value
+// of labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // ops are the socket ops counted by name; any other is "unknown".
