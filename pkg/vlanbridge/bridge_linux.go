@@ -3,6 +3,8 @@ package vlanbridge
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/vishvananda/netlink"
@@ -136,35 +138,33 @@ func nfCall(index int) (map[uint16]byte, error) {
 	}
 	out := map[uint16]byte{}
 	for _, m := range msgs {
-		attrs, err := nl.ParseRouteAttr(m[unix.SizeofIfInfomsg:])
+		data, err := nestedAttrs(m[unix.SizeofIfInfomsg:], unix.IFLA_LINKINFO, nl.IFLA_INFO_DATA)
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range attrs {
-			if a.Attr.Type != unix.IFLA_LINKINFO {
-				continue
-			}
-			infos, err := nl.ParseRouteAttr(a.Value)
-			if err != nil {
-				return nil, err
-			}
-			for _, i := range infos {
-				if i.Attr.Type != nl.IFLA_INFO_DATA {
-					continue
-				}
-				data, err := nl.ParseRouteAttr(i.Value)
-				if err != nil {
-					return nil, err
-				}
-				for _, d := range data {
-					for _, want := range nfCallAttrs {
-						if d.Attr.Type == want && len(d.Value) > 0 {
-							out[want] = d.Value[0]
-						}
-					}
-				}
+		for _, d := range data {
+			if slices.Contains(nfCallAttrs, d.Attr.Type) && len(d.Value) > 0 {
+				out[d.Attr.Type] = d.Value[0]
 			}
 		}
 	}
 	return out, nil
+}
+
+// nestedAttrs parses b as route attributes and descends, for each type of
+// path in turn, into the attribute of that type; it returns the attributes
+// at the end of path, none when one on the way is absent.
+func nestedAttrs(b []byte, path ...uint16) ([]syscall.NetlinkRouteAttr, error) {
+	attrs, err := nl.ParseRouteAttr(b)
+	for _, typ := range path {
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(attrs, func(a syscall.NetlinkRouteAttr) bool { return a.Attr.Type == typ })
+		if i < 0 {
+			return nil, nil
+		}
+		attrs, err = nl.ParseRouteAttr(attrs[i].Value)
+	}
+	return attrs, err
 }
