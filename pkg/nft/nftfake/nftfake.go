@@ -155,17 +155,11 @@ func (c *Conn) AddSet(s *nftables.Set, elems []nftables.SetElement) error {
 
 // SetAddElements queues elems into s; an element that is there stays once.
 func (c *Conn) SetAddElements(s *nftables.Set, elems []nftables.SetElement) error {
-	name, elems := s.Name, slices.Clone(elems)
-	c.inTable(s.Table, func(t *table) error {
-		if t.sets[name] == nil {
-			return notFound("set " + name)
+	c.eachElement(s, elems, func(have []nftables.SetElement, e nftables.SetElement) ([]nftables.SetElement, error) {
+		if slices.ContainsFunc(have, sameAs(e)) {
+			return have, nil
 		}
-		for _, e := range elems {
-			if !slices.ContainsFunc(t.elems[name], func(h nftables.SetElement) bool { return same(h, e) }) {
-				t.elems[name] = append(t.elems[name], e)
-			}
-		}
-		return nil
+		return append(have, e), nil
 	})
 	return nil
 }
@@ -173,25 +167,42 @@ func (c *Conn) SetAddElements(s *nftables.Set, elems []nftables.SetElement) erro
 // SetDeleteElements queues the removal of elems from s; an element that is
 // not there fails the batch, as in the kernel.
 func (c *Conn) SetDeleteElements(s *nftables.Set, elems []nftables.SetElement) error {
+	name := s.Name
+	c.eachElement(s, elems, func(have []nftables.SetElement, e nftables.SetElement) ([]nftables.SetElement, error) {
+		i := slices.IndexFunc(have, sameAs(e))
+		if i < 0 {
+			return nil, notFound(fmt.Sprintf("element %x of set %s", e.Key, name))
+		}
+		return slices.Delete(have, i, i+1), nil
+	})
+	return nil
+}
+
+// eachElement queues op over a copy of elems, one element at a time, on
+// the elements of set s, which op returns changed; a missing set or an
+// error of op fails the batch.
+func (c *Conn) eachElement(s *nftables.Set, elems []nftables.SetElement, op func(have []nftables.SetElement, e nftables.SetElement) ([]nftables.SetElement, error)) {
 	name, elems := s.Name, slices.Clone(elems)
 	c.inTable(s.Table, func(t *table) error {
 		if t.sets[name] == nil {
 			return notFound("set " + name)
 		}
 		for _, e := range elems {
-			i := slices.IndexFunc(t.elems[name], func(h nftables.SetElement) bool { return same(h, e) })
-			if i < 0 {
-				return notFound(fmt.Sprintf("element %x of set %s", e.Key, name))
+			have, err := op(t.elems[name], e)
+			if err != nil {
+				return err
 			}
-			t.elems[name] = slices.Delete(t.elems[name], i, i+1)
+			t.elems[name] = have
 		}
 		return nil
 	})
-	return nil
 }
 
-func same(a, b nftables.SetElement) bool {
-	return string(a.Key) == string(b.Key) && string(a.KeyEnd) == string(b.KeyEnd) && a.IntervalEnd == b.IntervalEnd
+// sameAs matches the elements equal to e in key, key end and interval end.
+func sameAs(e nftables.SetElement) func(nftables.SetElement) bool {
+	return func(h nftables.SetElement) bool {
+		return string(h.Key) == string(e.Key) && string(h.KeyEnd) == string(e.KeyEnd) && h.IntervalEnd == e.IntervalEnd
+	}
 }
 
 // ListTables returns every table.
