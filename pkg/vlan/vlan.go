@@ -23,9 +23,11 @@ type Set []uint16
 
 // ParseID parses one VLAN ID in 1..4094, decimal digits only (no sign).
 func ParseID(s string) (uint16, error) {
-	n, err := IDRange{"VLAN", "VLAN ID", MinID, MaxID}.ParseID(s)
+	n, err := vlanIDs.ParseID(s)
 	return uint16(n), err
 }
+
+var vlanIDs = IDRange{List: "VLAN", ID: "VLAN ID", Min: MinID, Max: MaxID}
 
 // IDRange is a kind of small integer ID written in lists with ranges, as
 // VLAN IDs are ("100-199,300"): VRRP's virtual router IDs use the same
@@ -88,20 +90,24 @@ func (r IDRange) Parse(s string) ([]int, error) {
 	return ids, nil
 }
 
-// Parse parses a comma list of VLAN IDs and inclusive ranges ("100-199,300").
-// Blanks around items are ignored; an empty string is the empty set. A range
-// whose end is below its start ("300-200") and an ID outside 1..4094 are errors.
-func Parse(s string) (Set, error) {
-	ids, err := IDRange{"VLAN", "VLAN ID", MinID, MaxID}.Parse(s)
+// ParseList is r.Parse into a list of S's own ID type (Set, vrrp.IDs); nil
+// for the empty list.
+func ParseList[S ~[]E, E ~uint8 | ~uint16](r IDRange, s string) (S, error) {
+	ids, err := r.Parse(s)
 	if err != nil || ids == nil {
 		return nil, err
 	}
-	set := make(Set, len(ids))
+	out := make(S, len(ids))
 	for i, id := range ids {
-		set[i] = uint16(id)
+		out[i] = E(id)
 	}
-	return set, nil
+	return out, nil
 }
+
+// Parse parses a comma list of VLAN IDs and inclusive ranges ("100-199,300").
+// Blanks around items are ignored; an empty string is the empty set. A range
+// whose end is below its start ("300-200") and an ID outside 1..4094 are errors.
+func Parse(s string) (Set, error) { return ParseList[Set](vlanIDs, s) }
 
 // Contains reports whether id is in s.
 func (s Set) Contains(id uint16) bool {

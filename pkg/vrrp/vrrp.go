@@ -47,17 +47,7 @@ func ParseID(s string) (uint8, error) {
 
 // ParseIDs parses a comma list of VRIDs and inclusive ranges ("1-20,30"),
 // the syntax of a VLAN list. An empty string is the empty set.
-func ParseIDs(s string) (IDs, error) {
-	ids, err := vrids.Parse(s)
-	if err != nil || ids == nil {
-		return nil, err
-	}
-	out := make(IDs, len(ids))
-	for i, id := range ids {
-		out[i] = uint8(id)
-	}
-	return out, nil
-}
+func ParseIDs(s string) (IDs, error) { return vlan.ParseList[IDs](vrids, s) }
 
 // Contains reports whether id is in s.
 func (s IDs) Contains(id uint8) bool {
