@@ -7,6 +7,7 @@ package atomicfile
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -176,4 +177,21 @@ func RemoveTemps(path string) error {
 		}
 	}
 	return nil
+}
+
+// ReadJSON decodes the JSON file at path (as WriteFile leaves it) into v;
+// found is false when there is none. what names the file in errors
+// ("uninstall marker").
+func ReadJSON(path, what string, v any) (found bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("failed to read the %s: %w", what, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("corrupt %s %q: %w", what, path, err)
+	}
+	return true, nil
 }

@@ -54,17 +54,9 @@ func MarkUninstalled(stateDir string, m Marker) error {
 // ReadMarker reads the uninstall marker of stateDir; (nil, nil) when there
 // is none.
 func ReadMarker(stateDir string) (*Marker, error) {
-	path := filepath.Join(stateDir, UninstalledName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("failed to read the uninstall marker %q: %w", path, err)
-	}
 	var m Marker
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("corrupt uninstall marker %q: %w", path, err)
+	if found, err := atomicfile.ReadJSON(filepath.Join(stateDir, UninstalledName), "uninstall marker", &m); !found {
+		return nil, err
 	}
 	return &m, nil
 }

@@ -1,10 +1,7 @@
 package nodetables
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -19,18 +16,7 @@ import (
 // readStateFile decodes the file name of stateDir into v; found is false
 // when there is none. what names the file in errors ("cluster CIDRs").
 func readStateFile(stateDir, name, what string, v any) (found bool, err error) {
-	path := filepath.Join(stateDir, name)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("failed to read the %s: %w", what, err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return false, fmt.Errorf("corrupt %s file %q: %w", what, path, err)
-	}
-	return true, nil
+	return atomicfile.ReadJSON(filepath.Join(stateDir, name), what+" file", v)
 }
 
 // writeStateFile writes b as the file name of stateDir (atomicfile.WriteFile,
