@@ -2,6 +2,7 @@
 // the new, never a part: the CNI conflist, the installed binary and the
 // node caches go through WriteFile, podwire's attachment records through
 // WriteFileFixedTemp (the same, with a temporary file of a fixed name).
+// ReadJSON reads such a file back where its absence means "none yet".
 package atomicfile
 
 import (
