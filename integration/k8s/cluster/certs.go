@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -15,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // pki is the cluster's certificate authority and the files it signed, all
@@ -113,42 +115,38 @@ func (p *pki) serviceAccountKey() error {
 // kubeconfig writes a kubeconfig for the client certificate NAME.crt
 // against server, with every file embedded.
 func (p *pki) kubeconfig(path, name, server string) error {
-	data := func(f string) (string, error) {
+	var files [3][]byte
+	for i, f := range []string{"ca.crt", name + ".crt", name + ".key"} {
 		b, err := os.ReadFile(p.path(f))
-		return base64.StdEncoding.EncodeToString(b), err
+		if err != nil {
+			return err
+		}
+		files[i] = b
 	}
-	ca, err := data("ca.crt")
+	return writeKubeconfig(path, server, files[0], name, &clientcmdapi.AuthInfo{ClientCertificateData: files[1], ClientKeyData: files[2]}, "")
+}
+
+// writeKubeconfig writes a kubeconfig at path (mode 0600) whose one
+// context is user, authenticated by auth, at the API server server (its CA
+// certificate in PEM, ca) in namespace ("": default).
+func writeKubeconfig(path, server string, ca []byte, user string, auth *clientcmdapi.AuthInfo, namespace string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["podwire-k8s"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos[user] = auth
+	cfg.Contexts[user] = &clientcmdapi.Context{Cluster: "podwire-k8s", AuthInfo: user, Namespace: namespace}
+	cfg.CurrentContext = user
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// WriteKubeconfig writes a kubeconfig at path (mode 0600) for user of the
+// cluster's API server, authenticated by auth (a ServiceAccount's token, a
+// client certificate), in namespace ("": default).
+func (c *Cluster) WriteKubeconfig(path, user string, auth *clientcmdapi.AuthInfo, namespace string) error {
+	ca, err := os.ReadFile(c.pki("ca.crt"))
 	if err != nil {
 		return err
 	}
-	crt, err := data(name + ".crt")
-	if err != nil {
-		return err
-	}
-	key, err := data(name + ".key")
-	if err != nil {
-		return err
-	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: podwire-k8s
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    client-certificate-data: %s
-    client-key-data: %s
-contexts:
-- name: podwire-k8s
-  context:
-    cluster: podwire-k8s
-    user: %s
-current-context: podwire-k8s
-`, server, ca, name, crt, key, name)
-	return os.WriteFile(path, []byte(cfg), 0o600)
+	return writeKubeconfig(path, c.APIServerURL(), ca, user, auth, namespace)
 }
 
 func writeKey(path string, key *ecdsa.PrivateKey) error {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
 	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
@@ -82,31 +84,10 @@ func newTenant(t *testing.T, namespaces ...string) *tenant {
 		}
 	}
 	token := strings.TrimSpace(kubectl(t, "", "create", "token", "-n", home, sa, "--duration=1h"))
-	ca := strings.TrimSpace(kubectl(t, "", "config", "view", "--raw", "--minify", "-o",
-		"jsonpath={.clusters[0].cluster.certificate-authority-data}"))
 	dir := t.TempDir()
 	tn := &tenant{user: "system:serviceaccount:" + home + ":" + sa,
 		kubeconfig: filepath.Join(dir, "tenant.kubeconfig"), cacheDir: filepath.Join(dir, "cache")}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: podwire-k8s
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: tenant
-  user:
-    token: %s
-contexts:
-- name: tenant
-  context:
-    cluster: podwire-k8s
-    user: tenant
-    namespace: %s
-current-context: tenant
-`, c.APIServerURL(), ca, token, home)
-	if err := os.WriteFile(tn.kubeconfig, []byte(cfg), 0o600); err != nil {
+	if err := c.WriteKubeconfig(tn.kubeconfig, "tenant", &clientcmdapi.AuthInfo{Token: token}, home); err != nil {
 		t.Fatal(err)
 	}
 	out, err := tn.kubectl(ctx, "", "auth", "whoami", "-o", "json")
