@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/podwire/podwire/internal/testns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // TestDefaultRouteInterfacesAndAssigned reads uplinks and egress IPs in a
@@ -72,6 +73,28 @@ func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
 		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V4); err != nil || !reflect.DeepEqual(got, []string{"up0", "up1"}) {
 			t.Errorf("multipath default route: %v %v", got, err)
 		}
+		// A route that covers the FIB-match probe (0.0.0.1) more closely than
+		// the default route: the default routes are then read from a dump.
+		_, zero8, _ := net.ParseCIDR("0.0.0.0/8")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up1.Attrs().Index, Dst: zero8, Gw: net.ParseIP("198.51.100.1")}); err != nil {
+			return err
+		}
+		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V4); err != nil || !reflect.DeepEqual(got, []string{"up0", "up1"}) {
+			t.Errorf("multipath default route behind 0.0.0.0/8: %v %v", got, err)
+		}
+		addr6 := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("2001:db8:1::2"), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrAdd(up1, addr6); err != nil {
+			return err
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: up1.Attrs().Index, Gw: net.ParseIP("2001:db8:1::1")}); err != nil {
+			return err
+		}
+		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V6); err != nil || !reflect.DeepEqual(got, []string{"up1"}) {
+			t.Errorf("IPv6 default route: %v %v", got, err)
+		}
+		if ok, err := assigned(netip.MustParseAddr("2001:db8:1::2")); !ok || err != nil {
+			t.Errorf("assigned IPv6 address not found: %v %v", ok, err)
+		}
 		if ok, err := assigned(netip.MustParseAddr("192.0.2.2")); !ok || err != nil {
 			t.Errorf("assigned address not found: %v %v", ok, err)
 		}
@@ -79,7 +102,7 @@ func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
 			t.Errorf("unassigned address reported assigned: %v %v", ok, err)
 		}
 		if ok, err := assigned(netip.MustParseAddr("2001:db8::10")); ok || err != nil {
-			t.Errorf("unassigned IPv6 address with no IPv6 route: %v %v", ok, err)
+			t.Errorf("unassigned IPv6 address: %v %v", ok, err)
 		}
 		return nil
 	})
