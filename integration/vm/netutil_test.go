@@ -55,6 +55,53 @@ func addVeth(t testing.TB, host ns.NetNS, hostName string, peer ns.NetNS, peerNa
 	}
 }
 
+// addVLANBridge adds the VLAN-filtering bridge name, up, in n.
+func addVLANBridge(t *testing.T, n ns.NetNS, name string) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		on := true
+		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}, VlanFiltering: &on}); err != nil {
+			return fmt.Errorf("failed to add bridge %q: %w", name, err)
+		}
+		return linkUp(name)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addBridgePort makes port, in n, a port of bridge without the bridge's
+// default VLAN 1 and a member of vids: tagged (a trunk), or with access
+// untagged, the VLAN its PVID.
+func addBridgePort(t *testing.T, n ns.NetNS, port, bridge string, access bool, vids ...uint16) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		br, err := netlinksafe.LinkByName(bridge)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(l, br); err != nil {
+			return fmt.Errorf("failed to enslave %q to %q: %w", port, bridge, err)
+		}
+		if err := netlink.BridgeVlanDel(l, 1, true, true, false, true); err != nil {
+			return fmt.Errorf("failed to remove VLAN 1 from %q: %w", port, err)
+		}
+		for _, vid := range vids {
+			if err := netlink.BridgeVlanAdd(l, vid, access, access, false, true); err != nil {
+				return fmt.Errorf("failed to add VLAN %d to %q: %w", vid, port, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // addAddr adds cidr (address/prefix) to ifname in n without duplicate address detection.
 func addAddr(t *testing.T, n ns.NetNS, ifname, cidr string) {
 	t.Helper()

@@ -30,48 +30,15 @@ var twoNodeVLANs = []uint16{100, 200}
 func newSwitch(t *testing.T, nics map[*node]string) ns.NetNS {
 	t.Helper()
 	sw := newNS(t)
-	err := sw.Do(func(ns.NetNS) error {
-		on := true
-		if err := netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "sw0"}, VlanFiltering: &on}); err != nil {
-			return fmt.Errorf("failed to add the switch bridge: %w", err)
-		}
-		return linkUp("sw0")
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	addVLANBridge(t, sw, "sw0")
 	i := 0
 	for n, nic := range nics {
 		port := fmt.Sprintf("swp%d", i)
 		i++
 		addVeth(t, n.NS, nic, sw, port)
-		err := sw.Do(func(ns.NetNS) error {
-			l, err := netlinksafe.LinkByName(port)
-			if err != nil {
-				return err
-			}
-			br, err := netlinksafe.LinkByName("sw0")
-			if err != nil {
-				return err
-			}
-			if err := netlink.LinkSetMaster(l, br); err != nil {
-				return fmt.Errorf("failed to enslave %q to the switch: %w", port, err)
-			}
-			// A trunk: no untagged VLAN (the bridge's default PVID 1), the
-			// pods' VLANs tagged.
-			if err := netlink.BridgeVlanDel(l, 1, true, true, false, true); err != nil {
-				return fmt.Errorf("failed to remove VLAN 1 from %q: %w", port, err)
-			}
-			for _, vid := range twoNodeVLANs {
-				if err := netlink.BridgeVlanAdd(l, vid, false, false, false, true); err != nil {
-					return fmt.Errorf("failed to add VLAN %d to %q: %w", vid, port, err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A trunk: no untagged VLAN (the bridge's default PVID 1), the
+		// pods' VLANs tagged.
+		addBridgePort(t, sw, port, "sw0", false, twoNodeVLANs...)
 	}
 	return sw
 }
