@@ -209,9 +209,7 @@ func TestAgentServesAnnotations(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "UID") {
 		t.Fatalf("ADD with a UID mismatch: err = %v, want a refusal naming the UID", err)
 	}
-	if recs := n.records(); len(recs) != 1 {
-		t.Fatalf("records after the refusal: %v, want only the first pod's", recs)
-	}
+	n.mustRecords(t, 1, "after the refusal")
 
 	ta.stop()
 	start := time.Now()
@@ -225,9 +223,7 @@ func TestAgentServesAnnotations(t *testing.T) {
 	if err := p.Del(); err != nil {
 		t.Fatalf("DEL of a pod wired before, with the agent gone: %v", err)
 	}
-	if recs := n.records(); len(recs) != 0 {
-		t.Fatalf("records left after DEL without the agent: %v", recs)
-	}
+	n.mustRecords(t, 0, "after DEL without the agent")
 }
 
 // TestAgentKeepsChainAndRepairs: on a node whose primary conflist is at

@@ -177,9 +177,7 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 				if cniCode(err) != 7 || !strings.Contains(err.Error(), r.key) || !strings.Contains(err.Error(), r.gate) {
 					t.Fatalf("%s: err = %v (code %d), want code 7 naming %s and %s", r.name, err, cniCode(err), r.key, r.gate)
 				}
-				if recs := n.records(); len(recs) != 0 {
-					t.Fatalf("%s: records left: %v", r.name, recs)
-				}
+				n.mustRecords(t, 0, "after the "+r.name+" refusal")
 				if c := n.podSetCount(); c != 0 {
 					t.Fatalf("%s: %d set elements left", r.name, c)
 				}
@@ -269,9 +267,7 @@ func TestForwardingGatesAndVerbs(t *testing.T) {
 			if c := n.podSetCount(); c != 0 {
 				t.Fatalf("%d set elements left after DEL", c)
 			}
-			if recs := n.records(); len(recs) != 0 {
-				t.Fatalf("records left after DEL: %v", recs)
-			}
+			n.mustRecords(t, 0, "after DEL")
 		})
 	}
 }
@@ -310,8 +306,6 @@ func TestForwardingDelVanishedNetnsAndGC(t *testing.T) {
 	if c := n.podSetCount(); c != 0 {
 		t.Fatalf("%d set elements left after GC", c)
 	}
-	if recs := n.records(); len(recs) != 0 {
-		t.Fatalf("records left after GC: %v", recs)
-	}
+	n.mustRecords(t, 0, "after GC")
 	_ = o
 }

@@ -211,6 +211,15 @@ func (n *node) records() []string {
 	return out
 }
 
+// mustRecords stops the test unless the node holds want attachment
+// records; when names the step ("after DEL").
+func (n *node) mustRecords(t *testing.T, want int, when string) {
+	t.Helper()
+	if got := n.records(); len(got) != want {
+		t.Fatalf("records %s: %v, want %d", when, got, want)
+	}
+}
+
 // Shared with the other suites through integration/cnitest.
 var (
 	randHex = cnitest.RandHex

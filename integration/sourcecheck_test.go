@@ -136,7 +136,5 @@ func TestSourceCheckInStock031Chain(t *testing.T) {
 	if err := p.DelNoNetns(); err != nil {
 		t.Fatalf("second DEL without netns and prevResult: %v", err)
 	}
-	if got := n.records(); len(got) != 0 {
-		t.Fatalf("records after DEL: %v", got)
-	}
+	n.mustRecords(t, 0, "after DEL")
 }

@@ -56,9 +56,7 @@ func TestVerbsThroughLibcni(t *testing.T) {
 			if err := n.gc(list, a); err != nil {
 				t.Fatalf("GC: %v", err)
 			}
-			if got := n.records(); len(got) != 1 {
-				t.Fatalf("records after GC keeping a: %v, want 1", got)
-			}
+			n.mustRecords(t, 1, "after GC keeping a")
 			if v == "1.1.0" {
 				if err := os.RemoveAll(filepath.Join(n.Dir, "cache")); err != nil {
 					t.Fatal(err)
@@ -66,9 +64,7 @@ func TestVerbsThroughLibcni(t *testing.T) {
 				if err := n.gc(list); err != nil {
 					t.Fatalf("GC: %v", err)
 				}
-				if got := n.records(); len(got) != 0 {
-					t.Fatalf("records after podwire's GC with no valid attachment: %v, want none", got)
-				}
+				n.mustRecords(t, 0, "after podwire's GC with no valid attachment")
 				return
 			}
 			if err := a.Del(); err != nil {
@@ -80,9 +76,7 @@ func TestVerbsThroughLibcni(t *testing.T) {
 			if err := a.DelNoNetns(); err != nil {
 				t.Fatalf("DEL without netns and prevResult: %v", err)
 			}
-			if got := n.records(); len(got) != 0 {
-				t.Fatalf("records after DEL: %v", got)
-			}
+			n.mustRecords(t, 0, "after DEL")
 		})
 	}
 }
@@ -95,9 +89,7 @@ func TestDelAfterNetnsVanished(t *testing.T) {
 	if err := p.DelNoNetns(); err != nil {
 		t.Fatalf("DEL after netns vanished: %v", err)
 	}
-	if got := n.records(); len(got) != 0 {
-		t.Fatalf("records after DEL: %v", got)
-	}
+	n.mustRecords(t, 0, "after DEL")
 }
 
 // TestAddWithoutPrevResult: podwire alone is a clear error, nothing left.
@@ -134,9 +126,7 @@ func TestDelWithMalformedCNIArgs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DEL with malformed CNI_ARGS: %v", err)
 	}
-	if got := n.records(); len(got) != 0 {
-		t.Fatalf("records after DEL: %v", got)
-	}
+	n.mustRecords(t, 0, "after DEL")
 }
 
 // TestRepeatedAddReplacesTheAttachment: an ADD for an attachment podwire
@@ -176,9 +166,7 @@ func TestRepeatedAddReplacesTheAttachment(t *testing.T) {
 			t.Fatalf("repeated ADD %d: %v\n%s", i+1, err, n.Log())
 		}
 	}
-	if got := n.records(); len(got) != 1 {
-		t.Fatalf("records after repeated ADDs: %v, want 1", got)
-	}
+	n.mustRecords(t, 1, "after repeated ADDs")
 	_, dst, _ := net.ParseCIDR("198.51.100.0/24")
 	countRoutes := func() int {
 		var routes []netlink.Route
@@ -223,18 +211,14 @@ func TestGCNullMeansNoneValid(t *testing.T) {
 	if err := gc(nil); err != nil {
 		t.Fatalf("GC without valid attachments key: %v", err)
 	}
-	if got := n.records(); len(got) != 2 {
-		t.Fatalf("records after GC without the key: %v, want both kept", got)
-	}
+	n.mustRecords(t, 2, "after GC without the key")
 	if c := n.podSetCount(); c == 0 {
 		t.Fatal("set elements gone after GC without the key")
 	}
 	if err := gc(&libcni.GCArgs{}); err != nil {
 		t.Fatalf("GC with null valid attachments: %v", err)
 	}
-	if got := n.records(); len(got) != 0 {
-		t.Fatalf("records after GC with null: %v, want none", got)
-	}
+	n.mustRecords(t, 0, "after GC with null")
 	if c := n.podSetCount(); c != 0 {
 		t.Fatalf("%d set elements after GC with null, want 0", c)
 	}
