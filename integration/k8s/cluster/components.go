@@ -369,9 +369,13 @@ func (c *Cluster) WaitServiceAccount(ctx context.Context, namespace string) erro
 // with stdin (may be empty); it returns stdout, and an error carrying
 // stderr.
 func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
-	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", c.k8sBin("kubectl"),
-		"--kubeconfig=" + c.AdminKubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)
-	cmd := exec.CommandContext(ctx, "nsenter", argv...)
+	return c.KubectlAs(ctx, c.AdminKubeconfig, c.adminCache(), stdin, args...)
+}
+
+// KubectlAs is Kubectl as the user of kubeconfig, whose discovery cache
+// is cacheDir (a user's own, apart from the admin's).
+func (c *Cluster) KubectlAs(ctx context.Context, kubeconfig, cacheDir, stdin string, args ...string) (string, error) {
+	cmd := c.kubectlCommand(ctx, kubeconfig, cacheDir, args)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -384,10 +388,16 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin string, args ...string) (st
 // KubectlCommand is the cluster's kubectl with args, as Kubectl runs it,
 // for the caller to start (a long-running `logs -f`, say).
 func (c *Cluster) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return c.kubectlCommand(ctx, c.AdminKubeconfig, c.adminCache(), args)
+}
+
+func (c *Cluster) kubectlCommand(ctx context.Context, kubeconfig, cacheDir string, args []string) *exec.Cmd {
 	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", c.k8sBin("kubectl"),
-		"--kubeconfig=" + c.AdminKubeconfig, "--cache-dir=" + filepath.Join(c.Dir, "kubectl-cache")}, args...)
+		"--kubeconfig=" + kubeconfig, "--cache-dir=" + cacheDir}, args...)
 	return exec.CommandContext(ctx, "nsenter", argv...)
 }
+
+func (c *Cluster) adminCache() string { return filepath.Join(c.Dir, "kubectl-cache") }
 
 // Helm runs the helm CLI bin as the admin, inside the first node's netns
 // as Kubectl does, with its cache, config and data under the run's

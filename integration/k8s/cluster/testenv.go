@@ -33,9 +33,15 @@ func TestEnv(keys ...string) (env map[string]string, skip string) {
 // MustKubectl is Kubectl bounded by 2 minutes, failing t on an error.
 func (c *Cluster) MustKubectl(t testing.TB, stdin string, args ...string) string {
 	t.Helper()
+	return c.MustKubectlAs(t, c.AdminKubeconfig, c.adminCache(), stdin, args...)
+}
+
+// MustKubectlAs is KubectlAs bounded by 2 minutes, failing t on an error.
+func (c *Cluster) MustKubectlAs(t testing.TB, kubeconfig, cacheDir, stdin string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := c.Kubectl(ctx, stdin, args...)
+	out, err := c.KubectlAs(ctx, kubeconfig, cacheDir, stdin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,32 +109,20 @@ func newTenant(t *testing.T, namespaces ...string) *tenant {
 	return tn
 }
 
-// kubectl runs the cluster's kubectl as the tenant, in the first node's
-// netns as the admin's (cluster.Kubectl), with stdin; it returns stdout,
-// and an error carrying stderr.
+// kubectl runs the cluster's kubectl as the tenant (cluster.KubectlAs),
+// with stdin; it returns stdout, and an error carrying stderr.
 func (tn *tenant) kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
-	argv := append([]string{"--net=" + c.Nodes[0].NetNS, "--", filepath.Join(os.Getenv("PODWIRE_K8S_BIN"), "kubectl"),
-		"--kubeconfig=" + tn.kubeconfig, "--cache-dir=" + tn.cacheDir}, args...)
-	cmd := exec.CommandContext(ctx, "nsenter", argv...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl (as %s) %s: %v: %s", tn.user, strings.Join(args, " "), err, stderr.String())
+	out, err := c.KubectlAs(ctx, tn.kubeconfig, tn.cacheDir, stdin, args...)
+	if err != nil {
+		err = fmt.Errorf("as %s: %w", tn.user, err)
 	}
-	return stdout.String(), nil
+	return out, err
 }
 
 // must is kubectl bounded by 2 minutes, failing t on an error.
 func (tn *tenant) must(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := tn.kubectl(ctx, stdin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return c.MustKubectlAs(t, tn.kubeconfig, tn.cacheDir, stdin, args...)
 }
 
 // forbidden runs kubectl as the tenant and fails t unless the apiserver
