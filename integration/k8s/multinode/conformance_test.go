@@ -309,7 +309,27 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 		}
 	}
 	dropDNS()
+	// TestStartupTaint's early Deployment, made before podwire's install,
+	// runs until that test ends: its pod goes while podwire is away and
+	// comes back after.
+	hadEarly := strings.Contains(kubectl(t, "", "-n", "default", "get", "deployment", "--ignore-not-found", "-o", "name"), "deployment.apps/early")
+	scaleEarly := func(replicas string) {
+		if hadEarly {
+			kubectl(t, "", "-n", "default", "scale", "deployment", "early", "--replicas="+replicas)
+		}
+	}
+	scaleEarly("0")
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+	for hadEarly {
+		phases, err := podPhases(wctx, "default", "app=early")
+		if err == nil && len(phases) == 0 {
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("the early Deployment's pod is still there: %v %v", phases, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	for _, n := range c.Nodes {
 		waitNoAttachments(t, wctx, n)
 	}
@@ -350,6 +370,7 @@ func withoutPodwire(ctx context.Context, t *testing.T) {
 			}
 		}
 		againDNS()
+		scaleEarly("1")
 	})
 }
 
