@@ -75,6 +75,11 @@ fi
 {
 	echo "loadend: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "duration: $(($(date +%s) - start)) s"
+	# The pod start-up figures of the last `make bench-k8s`
+	# (integration/k8s/multinode TestPodStartup), "podstartup-*: value".
+	if [ -f "$BENCH_BIN/pod-startup.txt" ]; then
+		cat "$BENCH_BIN/pod-startup.txt"
+	fi
 } >>"$raw"
 mkdir -p "$(dirname "$out")"
 $GO run ./integration/bench/report "$raw" >"$out"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,19 +19,22 @@ const podStartupPods = 30
 // 25): the time from creation to Running of podStartupPods pods created at
 // once through the API (half on each node), with podwire chained after
 // flannel and without it (`helm uninstall`: the chain is flannel, portmap),
-// in the order with, without, without, with, so that a drift of the
+// PODWIRE_K8S_PODSTARTUP_BURSTS bursts of each (even, default 2) in the
+// order with (half), without (all), with (half), so that a drift of the
 // machine falls on both alike. It prints, per burst, the p50 and the
 // maximum of the pods' times (each pod's Running seen by polling the API
 // every 50 ms) and the means of both sides, as "pod-startup:" lines;
 // docs/benchmarks.md quotes them. It asserts only that every pod ran and
 // went, not a figure: a timed test on a shared machine would be flaky.
 // Opt-in (PODWIRE_K8S_PODSTARTUP=1, `make bench-k8s`): it adds about two
-// minutes to the suite.
+// minutes to the suite. With PODWIRE_K8S_PODSTARTUP_OUT it also writes the
+// means as "podstartup-...: value" lines into that file, which `make bench`
+// puts into docs/benchmarks.md.
 func TestPodStartup(t *testing.T) {
 	if os.Getenv("PODWIRE_K8S_PODSTARTUP") == "" {
 		t.Skip("opt-in: PODWIRE_K8S_PODSTARTUP=1 (make bench-k8s)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	ns := "pod-startup"
 	kubectl(t, "", "create", "namespace", ns)
@@ -45,13 +49,28 @@ func TestPodStartup(t *testing.T) {
 		fmt.Printf("pod-startup: round %d, %s: %d pods, p50 %.2f s, max %.2f s\n", i, side, podStartupPods, b.p50.Seconds(), b.max.Seconds())
 		sides[side] = append(sides[side], b)
 	}
-	round(t, 0, "with podwire")
+	n := 2
+	if v := os.Getenv("PODWIRE_K8S_PODSTARTUP_BURSTS"); v != "" {
+		if n, _ = strconv.Atoi(v); n < 2 || n%2 != 0 {
+			t.Fatalf("PODWIRE_K8S_PODSTARTUP_BURSTS=%q: want an even number, at least 2", v)
+		}
+	}
+	i := 0
+	for range n / 2 {
+		round(t, i, "with podwire")
+		i++
+	}
 	t.Run("without", func(t *testing.T) {
 		withoutPodwire(ctx, t) // installed again when this subtest ends
-		round(t, 1, "without podwire")
-		round(t, 2, "without podwire")
+		for range n {
+			round(t, i, "without podwire")
+			i++
+		}
 	})
-	round(t, 3, "with podwire")
+	for range n / 2 {
+		round(t, i, "with podwire")
+		i++
+	}
 	mean := func(bs []burst, f func(burst) time.Duration) float64 {
 		var s time.Duration
 		for _, b := range bs {
@@ -60,6 +79,20 @@ func TestPodStartup(t *testing.T) {
 		return s.Seconds() / float64(len(bs))
 	}
 	w, wo := sides["with podwire"], sides["without podwire"]
+	if out := os.Getenv("PODWIRE_K8S_PODSTARTUP_OUT"); out != "" && len(wo) > 0 {
+		figures := fmt.Sprintf("podstartup-date: %s\npodstartup-pods: %d\npodstartup-bursts: %d\n",
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), podStartupPods, len(w))
+		for _, side := range []struct {
+			key string
+			bs  []burst
+		}{{"with", w}, {"without", wo}} {
+			figures += fmt.Sprintf("podstartup-%s-p50-s: %.3f\npodstartup-%[1]s-max-s: %.3f\n", side.key,
+				mean(side.bs, func(b burst) time.Duration { return b.p50 }), mean(side.bs, func(b burst) time.Duration { return b.max }))
+		}
+		if err := os.WriteFile(out, []byte(figures), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	fmt.Printf("pod-startup: mean of %d bursts of %d pods: with podwire p50 %.2f s, max %.2f s; without p50 %.2f s, max %.2f s; with / without: p50 %.3f, max %.3f\n",
 		len(w), podStartupPods,
 		mean(w, func(b burst) time.Duration { return b.p50 }), mean(w, func(b burst) time.Duration { return b.max }),
