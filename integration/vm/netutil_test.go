@@ -55,6 +55,23 @@ func addVeth(t testing.TB, host ns.NetNS, hostName string, peer ns.NetNS, peerNa
 	}
 }
 
+// staticNeigh sets a permanent neighbour entry ip -> mac on ifName in n,
+// standing in for ARP.
+func staticNeigh(t *testing.T, n ns.NetNS, ifName, ip string, mac net.HardwareAddr) {
+	t.Helper()
+	err := n.Do(func(ns.NetNS) error {
+		l, err := netlinksafe.LinkByName(ifName)
+		if err != nil {
+			return err
+		}
+		return netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: net.ParseIP(ip), HardwareAddr: mac})
+	})
+	if err != nil {
+		t.Fatalf("static neighbour %s on %s: %v", ip, ifName, err)
+	}
+}
+
 // addVLANBridge adds the VLAN-filtering bridge name, up, in n.
 func addVLANBridge(t *testing.T, n ns.NetNS, name string) {
 	t.Helper()

@@ -63,17 +63,7 @@ func setMAC(t *testing.T, p *cnitest.Pod, ifName string, mac net.HardwareAddr) {
 func spoofFrom(t *testing.T, p *cnitest.Pod, src string, dst string, dstMAC net.HardwareAddr) {
 	t.Helper()
 	addAddr(t, p.NS, "net1", src+"/32")
-	err := p.NS.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName("net1")
-		if err != nil {
-			return err
-		}
-		return netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
-			IP: net.ParseIP(dst), HardwareAddr: dstMAC})
-	})
-	if err != nil {
-		t.Fatalf("static neighbour %s: %v", dst, err)
-	}
+	staticNeigh(t, p.NS, "net1", dst, dstMAC)
 	_ = pingFrom(p.NS, net.ParseIP(src), net.ParseIP(dst), time.Second)
 }
 

@@ -169,17 +169,7 @@ func TestVRRPFailover(t *testing.T) {
 	})
 	setMAC(t, r, "net1", vrrp.MAC(7, false))
 	seenClient := capturePackets(t, far, clientIf)
-	err := r.NS.Do(func(ns.NetNS) error {
-		l, err := netlinksafe.LinkByName("net1")
-		if err != nil {
-			return err
-		}
-		return netlink.NeighSet(&netlink.Neigh{LinkIndex: l.Attrs().Index, State: netlink.NUD_PERMANENT,
-			IP: net.ParseIP(vrrpClient), HardwareAddr: clientMAC})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	staticNeigh(t, r.NS, "net1", vrrpClient, clientMAC)
 	_ = ping(r.NS, net.ParseIP(vrrpClient), time.Second)
 	fromR := func(f []byte) bool {
 		return bytes.Equal(f[6:12], vrrp.MAC(7, false)) && isEchoRequestFrom(net.ParseIP("192.0.2.9"))(f)
@@ -190,7 +180,7 @@ func TestVRRPFailover(t *testing.T) {
 	mustPing(t, far, "client to the virtual address held by C, after R's attempt", vrrpVIP)
 
 	// A VRID outside the grant is refused, naming the annotation.
-	_, err = n.addPodIn("nf", "router-x", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.8/24",
+	_, err := n.addPodIn("nf", "router-x", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.8/24",
 		"podwire.io/forwarding": "true", "podwire.io/vrrp": "8=" + vrrpVIP})
 	if err == nil || cniCode(err) != 7 || !strings.Contains(err.Error(), "podwire.io/vrrp") || !strings.Contains(err.Error(), "VRID 8") {
 		t.Errorf("ADD with VRID 8: got %v, want CNI error 7 naming podwire.io/vrrp and VRID 8", err)
