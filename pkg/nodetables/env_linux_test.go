@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -92,7 +93,14 @@ func TestDefaultRouteInterfacesAndAssigned(t *testing.T) {
 		if got, err := DefaultRouteInterfaces(netlink.FAMILY_V6); err != nil || !reflect.DeepEqual(got, []string{"up1"}) {
 			t.Errorf("IPv6 default route: %v %v", got, err)
 		}
-		if ok, err := assigned(netip.MustParseAddr("2001:db8:1::2")); !ok || err != nil {
+		// The kernel inserts an IPv6 address's local route from the address
+		// configuration work (addrconf_dad_work, net/ipv6/addrconf.c), even
+		// with IFA_F_NODAD: wait for it.
+		ok, err := false, error(nil)
+		for deadline := time.Now().Add(2 * time.Second); !ok && err == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			ok, err = assigned(netip.MustParseAddr("2001:db8:1::2"))
+		}
+		if !ok || err != nil {
 			t.Errorf("assigned IPv6 address not found: %v %v", ok, err)
 		}
 		if ok, err := assigned(netip.MustParseAddr("192.0.2.2")); !ok || err != nil {
