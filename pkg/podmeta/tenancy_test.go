@@ -10,6 +10,7 @@ import (
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/vlan"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // tenancyConf grants VLAN 100 to team-a (subnet, gateway excluded), 101 to
@@ -103,6 +104,8 @@ func TestCheckClaims(t *testing.T) {
 		{Key: "c0/eth0", Pod: "team-a/p0", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
 		{Key: "c1/eth0", Pod: "nf-a/r0", Routes: []netip.Prefix{p("198.51.100.0/24")}},
 		{Key: "c9/eth0", Pod: "team-a/me", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.99")}},
+		{Key: "c3/eth0", Pod: "team-a/vr-a", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.20")},
+			VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100"), a("2001:db8::100")}}}},
 	}
 	for _, tc := range []struct {
 		name    string
@@ -120,6 +123,16 @@ func TestCheckClaims(t *testing.T) {
 			[]string{AnnotationRoutes, "198.51.100.128/25", "198.51.100.0/24", "nf-a/r0"}},
 		{"wider route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.0.0/16")}}, []string{"198.51.0.0/16", "nf-a/r0"}},
 		{"disjoint route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.101.0/24")}}, nil},
+		{"another member of the VRRP group", Claim{Key: "c4/eth0", Pod: "team-a/vr-b", Bridge: "podwire0", PVID: 100,
+			VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}}, nil},
+		{"a static address that is a virtual address", Claim{Key: "c4/eth0", Pod: "team-a/p4", Bridge: "podwire0", PVID: 100,
+			VLANIPs: []netip.Addr{a("192.0.2.100")}}, []string{AnnotationVLANIPs, "192.0.2.100", "VRID 7", "team-a/vr-a", "team-a/p4"}},
+		{"a virtual address that is a static address", Claim{Key: "c4/eth0", Pod: "team-a/vr-c", Bridge: "podwire0", PVID: 100,
+			VRRP: []vrrp.Group{{VRID: 9, VIPs: []netip.Addr{a("192.0.2.10")}}}}, []string{AnnotationVRRP, "192.0.2.10", "VRID 9", "team-a/p0"}},
+		{"a virtual address of another VRID", Claim{Key: "c4/eth0", Pod: "team-a/vr-c", Bridge: "podwire0", PVID: 100,
+			VRRP: []vrrp.Group{{VRID: 8, VIPs: []netip.Addr{a("2001:db8::100")}}}}, []string{AnnotationVRRP, "2001:db8::100", "VRID 7", "team-a/vr-a"}},
+		{"a virtual address, other VLAN", Claim{Key: "c4/eth0", Pod: "team-a/vr-c", Bridge: "podwire0", PVID: 101,
+			VRRP: []vrrp.Group{{VRID: 8, VIPs: []netip.Addr{a("192.0.2.10")}}}}, nil},
 	} {
 		err := CheckClaims(tc.mine, held)
 		if tc.mention == nil {

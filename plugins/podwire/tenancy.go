@@ -8,7 +8,8 @@ import (
 )
 
 // Tenancy across pods: what one attachment holds on the node (its static
-// VLAN addresses, its node routes) no other may take (podmeta.CheckClaims).
+// VLAN addresses, its VRRP groups' virtual addresses, its node routes) no
+// other may take (podmeta.CheckClaims).
 // The gates that need only the config and the pod ran before
 // (podmeta.Admit). The claims of the other attachments are their records,
 // read under the node lock by a pod that claims anything (cmdAdd holds it
@@ -16,9 +17,9 @@ import (
 // both take one address or route.
 
 // claims reports whether the pod of in asks for anything another pod could
-// hold: static VLAN addresses or routes.
+// hold: static VLAN addresses, VRRP virtual addresses or routes.
 func claims(in *planInput) bool {
-	return len(in.ann.VLANIPs) > 0 || len(in.ann.Routes) > 0
+	return len(in.ann.VLANIPs) > 0 || len(in.ann.VRRP) > 0 || len(in.ann.Routes) > 0
 }
 
 // claimOf is what rec holds on the node.
@@ -32,6 +33,7 @@ func claimOf(rec *state.Record) podmeta.Claim {
 		for _, ip := range v.IPs {
 			c.VLANIPs = append(c.VLANIPs, ip.Addr())
 		}
+		c.VRRP = v.VRRP
 	}
 	return c
 }
@@ -54,7 +56,7 @@ func readHeld(stateDir string) ([]podmeta.Claim, error) {
 // another attachment holds (rec.VLAN and rec.Routes are planned).
 func planClaims(in *planInput, rec *state.Record) error {
 	mine := claimOf(rec)
-	if len(mine.VLANIPs) == 0 && len(mine.Routes) == 0 {
+	if len(mine.VLANIPs) == 0 && len(mine.VRRP) == 0 && len(mine.Routes) == 0 {
 		return nil
 	}
 	if in.env.heldErr != nil {

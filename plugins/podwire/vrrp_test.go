@@ -1,10 +1,15 @@
 package main
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 
+	"github.com/podwire/podwire/pkg/config"
+	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/vlanbridge"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // vrrpPlanConf grants VLAN 100 with VRIDs 1-20 to the nf-* namespaces.
@@ -38,5 +43,57 @@ func TestPlanVRRP(t *testing.T) {
 		if got := [3]int{len(sets[sourcecheck.SetChecked]), len(sets["vrrp-mac"]), len(sets["port-v4"])}; got != [3]int{tc.checked, tc.macs, tc.addrs} {
 			t.Errorf("%s: checked, vrrp-mac, port-v4 elements %v, want %v", tc.name, got, [3]int{tc.checked, tc.macs, tc.addrs})
 		}
+	}
+}
+
+// TestPlanVRRPClaims: a VRRP group's virtual address is claimed on its
+// VLAN like a static address: another pod of the same group shares it, a
+// pod that takes it as its static address or for another VRID is refused,
+// and so is a VRRP pod whose neighbours' claims cannot be read.
+func TestPlanVRRPClaims(t *testing.T) {
+	a := netip.MustParseAddr
+	bridge := config.DefaultBridge
+	held := []podmeta.Claim{
+		{Key: "c0/eth0", Pod: "nf-a/vr-a", Bridge: bridge, PVID: 100, VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}},
+		{Key: "c2/eth0", Pod: "nf-a/p0", Bridge: bridge, PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
+	}
+	for _, tc := range []struct {
+		name    string
+		ann     map[string]string
+		env     nodeEnv
+		mention []string
+	}{
+		{"same group", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "7=192.0.2.100"},
+			nodeEnv{held: held}, nil},
+		{"the static address of another pod", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "8=192.0.2.10"},
+			nodeEnv{held: held}, []string{"podwire.io/vrrp", "192.0.2.10", "nf-a/p0"}},
+		{"the virtual address of another VRID", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "8=192.0.2.100"},
+			nodeEnv{held: held}, []string{"podwire.io/vrrp", "192.0.2.100", "VRID 7", "nf-a/vr-a"}},
+		{"a static address that is a virtual address", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.100/24"},
+			nodeEnv{held: held}, []string{"podwire.io/vlan-ips", "192.0.2.100", "VRID 7", "nf-a/vr-a"}},
+		{"records unreadable", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "7=192.0.2.100"},
+			nodeEnv{heldErr: errNoRecords}, []string{"cannot tell"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := planFor(t, vrrpPlanConf, tc.ann, tc.env)
+			if !claims(in) {
+				t.Fatal("the pod's ADD would not read the other pods' claims")
+			}
+			_, err := planAttachment(in)
+			if tc.mention == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("admitted")
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("%q does not mention %s", err, m)
+				}
+			}
+		})
 	}
 }
