@@ -86,7 +86,7 @@ func TestPodStartup(t *testing.T) {
 			key string
 			bs  []burst
 		}{{"with", w}, {"without", wo}} {
-			figures += fmt.Sprintf("podstartup-%s-p50-s: %.3f\npodstartup-%[1]s-max-s: %.3f\n", side.key,
+			figures += fmt.Sprintf("podstartup-%[1]s-p50-s: %.3[2]f\npodstartup-%[1]s-max-s: %.3[3]f\n", side.key,
 				mean(side.bs, func(b burst) time.Duration { return b.p50 }), mean(side.bs, func(b burst) time.Duration { return b.max }))
 		}
 		if err := os.WriteFile(out, []byte(figures), 0o644); err != nil {
