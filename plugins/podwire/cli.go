@@ -65,13 +65,14 @@ func cliFlags(synopsis string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses the args of a command that takes no positional
-// argument; false means the command exits 2, the error and the usage
-// printed.
+// argument; false means the command exits 2, the error (a bad flag, or the
+// first stray argument named) and the usage printed.
 func parseFlags(fs *flag.FlagSet, args []string) bool {
 	if err := fs.Parse(args); err != nil {
 		return false
 	}
 	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
 		return false
 	}

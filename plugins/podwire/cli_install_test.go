@@ -37,6 +37,8 @@ func TestCLIInstallUninstall(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "usage", args: []string{"install"}, wantCode: 2, wantErr: "usage: podwire install"},
+		{name: "stray argument named", args: []string{"uninstall", "--conflist", conf, "extra"}, wantCode: 2, wantErr: `unexpected argument "extra"`},
+		{name: "stray argument of repair", args: []string{"repair", "now"}, wantCode: 2, wantErr: "usage: podwire repair"},
 		{name: "bad config refused", args: []string{"install", "--bin-dir", binDir, "--conflist", conf, "--config", `{"mtu":-5}`}, wantCode: 1, wantErr: "mtu"},
 		{name: "wrong type refused", args: []string{"install", "--conflist", conf, "--config", `{"type":"bridge"}`}, wantCode: 1, wantErr: `"type" is bridge`},
 		{name: "missing config file", args: []string{"install", "--conflist", conf, "--config", "@" + dir + "/nope.json"}, wantCode: 1, wantErr: "nope.json"},
