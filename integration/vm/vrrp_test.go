@@ -94,13 +94,33 @@ func vrrpMACElements(t *testing.T, n *node) int {
 	return len(els)
 }
 
+// flushVRRPMACs empties the port check's vrrp-mac set in n, as another
+// owner of the ruleset could.
+func flushVRRPMACs(t *testing.T, n *node) {
+	t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseLasting()
+	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire-port"}, "vrrp-mac")
+	if err != nil {
+		t.Fatalf("set vrrp-mac of bridge podwire-port: %v", err)
+	}
+	c.FlushSet(s)
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestVRRPFailover: forwarding pods A and B granted VRID 7 hold the
 // virtual address in turn; the client on the switch reaches it through A,
 // then through B within 3 s of A stopping, then through C, an ordinary
 // (port-checked) pod with the same grant. Pod R of the same namespace and
 // VLAN, forwarding but without the grant, that sends from the virtual MAC
-// reaches nobody: the client never sees its frame. A VRID the grant does
-// not list is refused, leaving nothing.
+// reaches nobody: the client never sees its frame. CHECK fails once the
+// port's virtual-MAC element is gone. A VRID the grant does not list is
+// refused, leaving nothing.
 func TestVRRPFailover(t *testing.T) {
 	require(t, capVLANFiltering)
 	n := newNode(t, vrrpConf())
@@ -184,6 +204,18 @@ func TestVRRPFailover(t *testing.T) {
 		"podwire.io/forwarding": "true", "podwire.io/vrrp": "8=" + vrrpVIP})
 	if err == nil || cniCode(err) != 7 || !strings.Contains(err.Error(), "podwire.io/vrrp") || !strings.Contains(err.Error(), "VRID 8") {
 		t.Errorf("ADD with VRID 8: got %v, want CNI error 7 naming podwire.io/vrrp and VRID 8", err)
+	}
+
+	// podwire's CHECK of C (CheckLast: ptp's own CHECK refuses a result
+	// with VLAN addresses) finds its port's virtual-MAC element, and fails
+	// naming the set once another owner has flushed it; DEL still removes
+	// the rest.
+	if err := c.CheckLast(); err != nil {
+		t.Fatalf("CHECK of pod C: %v", err)
+	}
+	flushVRRPMACs(t, n)
+	if err := c.CheckLast(); err == nil || !strings.Contains(err.Error(), "set vrrp-mac") {
+		t.Errorf("CHECK of pod C with its vrrp-mac element flushed: %v, want an error naming set vrrp-mac", err)
 	}
 
 	for _, p := range []*cnitest.Pod{a, b, c, r} {

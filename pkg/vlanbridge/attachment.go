@@ -67,7 +67,11 @@ func Plan(v *state.VLANAttachment, env Env) error {
 // at path netns ("" or gone for DEL).
 func PortOf(v *state.VLANAttachment, netns string) *Port {
 	mac, _ := net.ParseMAC(v.MAC)
-	return &Port{MAC: mac,
+	var vmacs []net.HardwareAddr
+	for _, g := range v.VRRP {
+		vmacs = append(vmacs, g.MACs()...)
+	}
+	return &Port{MAC: mac, VRRPMACs: vmacs,
 		Bridge: v.Bridge, HostVeth: v.HostVeth, Netns: netns, PodIfName: v.PodIfName,
 		VLANs: PortVLANs{PVID: v.PVID, Tagged: v.Tagged}, MTU: v.MTU, IPs: v.IPs,
 	}

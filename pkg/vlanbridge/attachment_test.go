@@ -2,6 +2,7 @@ package vlanbridge
 
 import (
 	"errors"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/podwire/podwire/pkg/state"
+	"github.com/podwire/podwire/pkg/vrrp"
 )
 
 // TestPlan: each refusal is a CNI error 7 naming the bridge or uplink (every
@@ -116,5 +118,26 @@ func TestUnusedUplinkVLANs(t *testing.T) {
 	}
 	if got := UnusedUplinkVLANs(self, "self/eth0", append(recs, rec("all", &state.VLANAttachment{Uplink: "eth1", PVID: 300, Tagged: []uint16{100}}))); got != nil {
 		t.Errorf("every VLAN still used: UnusedUplinkVLANs = %v, want none", got)
+	}
+}
+
+// TestPortOfVRRP: the port of a VRRP pod accepts the virtual MACs of its
+// groups on the pod end (a master carries one), one per address family a
+// group has.
+func TestPortOfVRRP(t *testing.T) {
+	v := &state.VLANAttachment{Bridge: "podwire0", HostVeth: "pwv1", PodIfName: "net1", PVID: 100, MAC: "02:00:00:00:00:01",
+		VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.100"), netip.MustParseAddr("2001:db8::100")}},
+			{VRID: 8, VIPs: []netip.Addr{netip.MustParseAddr("192.0.2.101")}}}}
+	p := PortOf(v, "/var/run/netns/p")
+	want := []string{vrrp.MAC(7, false).String(), vrrp.MAC(7, true).String(), vrrp.MAC(8, false).String()}
+	var got []string
+	for _, m := range p.VRRPMACs {
+		got = append(got, m.String())
+	}
+	if !slices.Equal(got, want) || p.MAC.String() != "02:00:00:00:00:01" {
+		t.Errorf("PortOf: MAC %s, VRRP MACs %v; want 02:00:00:00:00:01 and %v", p.MAC, got, want)
+	}
+	if p := PortOf(&state.VLANAttachment{MAC: "02:00:00:00:00:01"}, ""); len(p.VRRPMACs) != 0 {
+		t.Errorf("a port without VRRP groups accepts %v", p.VRRPMACs)
 	}
 }

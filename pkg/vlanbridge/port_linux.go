@@ -1,6 +1,7 @@
 package vlanbridge
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,8 +22,11 @@ type Port struct {
 	Netns     string
 	PodIfName string
 	// MAC of the pod end; nil leaves the kernel's random one.
-	MAC   net.HardwareAddr
-	VLANs PortVLANs
+	MAC net.HardwareAddr
+	// VRRPMACs are the virtual MACs of the pod's VRRP groups (RFC 5798
+	// section 7.3): a master may carry one on its interface in place of MAC.
+	VRRPMACs []net.HardwareAddr
+	VLANs    PortVLANs
 	// MTU in bytes of both ends; 0 leaves the kernel default.
 	MTU int
 	// IPs are static addresses of the pod end (address with prefix length).
@@ -187,7 +191,8 @@ func CheckPortNode(br *netlink.Bridge, p *Port) error {
 }
 
 // CheckPort verifies the node side of the port (CheckPortNode) and its pod
-// end in p.Netns: the interface, its MTU, MAC and addresses.
+// end in p.Netns: the interface, its MTU, MAC (or a VRRP virtual MAC of its
+// groups) and addresses.
 func CheckPort(br *netlink.Bridge, p *Port) error {
 	if err := CheckPortNode(br, p); err != nil {
 		return err
@@ -200,8 +205,12 @@ func CheckPort(br *netlink.Bridge, p *Port) error {
 		if p.MTU != 0 && l.Attrs().MTU != p.MTU {
 			return fmt.Errorf("pod interface %q has MTU %d, want %d", p.PodIfName, l.Attrs().MTU, p.MTU)
 		}
-		if p.MAC != nil && l.Attrs().HardwareAddr.String() != p.MAC.String() {
-			return fmt.Errorf("pod interface %q has MAC %s, want %s", p.PodIfName, l.Attrs().HardwareAddr, p.MAC)
+		if have := l.Attrs().HardwareAddr; p.MAC != nil && !bytes.Equal(have, p.MAC) &&
+			!slices.ContainsFunc(p.VRRPMACs, func(m net.HardwareAddr) bool { return bytes.Equal(have, m) }) {
+			if len(p.VRRPMACs) > 0 {
+				return fmt.Errorf("pod interface %q has MAC %s, want %s or a virtual MAC of its VRRP groups %v", p.PodIfName, have, p.MAC, p.VRRPMACs)
+			}
+			return fmt.Errorf("pod interface %q has MAC %s, want %s", p.PodIfName, have, p.MAC)
 		}
 		addrs, err := netlinksafe.AddrList(l, netlink.FAMILY_ALL)
 		if err != nil {
