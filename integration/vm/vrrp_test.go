@@ -230,3 +230,56 @@ func TestVRRPFailover(t *testing.T) {
 		t.Errorf("vrrp-mac holds %d elements after every pod's DEL, want 0", got)
 	}
 }
+
+// TestVRRPFailoverIPv6: the same with an IPv6 virtual address: the master
+// carries the IPv6 virtual MAC (RFC 5798 7.3, 00-00-5E-00-02-{VRID}) and
+// announces the address with an unsolicited neighbour advertisement.
+// Forwarding pod A, then ordinary pod B, whose port is checked (the MAC pin
+// takes the virtual MAC, port-v6 the virtual address), answer the client.
+func TestVRRPFailoverIPv6(t *testing.T) {
+	require(t, capVLANFiltering)
+	const vip, client = "2001:db8:100::50", "2001:db8:100::200"
+	conf := vrrpConf()
+	conf["vlanGrants"] = []map[string]any{{"vlans": "100", "namespaces": []string{"nf"},
+		"subnets": []string{"2001:db8:100::/64"}, "vrrp": "7"}}
+	n := newNode(t, conf)
+	far := addUplink(t, n, "uplink0")
+	clientIf := addVLANIf(t, far, "eth0", 100, client+"/64")
+	group := "7=" + vip
+	a := n.mustAddPodIn("nf", "router-a", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "2001:db8:100::1/64",
+		"podwire.io/forwarding": "true", "podwire.io/vrrp": group})
+	b := n.mustAddPodIn("nf", "router-b", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "2001:db8:100::2/64",
+		"podwire.io/vrrp": group})
+	vmac := vrrp.MAC(7, true)
+	master := func(p *cnitest.Pod) {
+		t.Helper()
+		addAddr(t, p.NS, "net1", vip+"/64")
+		setMAC(t, p, "net1", vmac)
+		if err := packets.SendNeighborAdvert(p.NS.Path(), "net1", netip.MustParseAddr(vip), netip.MustParseAddr(vip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	master(a)
+	mustPing(t, far, "client to the IPv6 virtual address held by A", vip)
+	if mac, err := cnitest.NeighbourMAC(far, clientIf, netip.MustParseAddr(vip)); err != nil || mac.String() != vmac.String() {
+		t.Errorf("client's neighbour entry for %s: %v %v, want the IPv6 virtual MAC %s", vip, mac, err, vmac)
+	}
+	linkDown(t, a, "net1")
+	master(b)
+	if err := ping(far, net.ParseIP(vip), 3*time.Second); err != nil {
+		t.Fatalf("failover to ordinary pod B: the client does not reach %s within 3 s: %v", vip, err)
+	}
+	if err := b.CheckLast(); err != nil {
+		t.Errorf("CHECK of master B: %v", err)
+	}
+
+	for _, p := range []*cnitest.Pod{a, b} {
+		if err := p.Del(); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+	}
+	if left := n.leftovers(); len(left) > 0 {
+		t.Errorf("left behind after DEL: %v", left)
+	}
+}
