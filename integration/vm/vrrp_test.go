@@ -74,19 +74,27 @@ func isEchoRequestTo(dst net.IP) func([]byte) bool {
 	}
 }
 
-// vrrpMACElements is the number of elements of the port check's vrrp-mac
-// set in n.
-func vrrpMACElements(t *testing.T, n *node) int {
+// vrrpMACSet opens an nftables connection in n and finds the port check's
+// vrrp-mac set; the connection is closed when t ends.
+func vrrpMACSet(t *testing.T, n *node) (*nftables.Conn, *nftables.Set) {
 	t.Helper()
 	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.CloseLasting()
+	t.Cleanup(func() { c.CloseLasting() })
 	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire-port"}, "vrrp-mac")
 	if err != nil {
 		t.Fatalf("set vrrp-mac of bridge podwire-port: %v", err)
 	}
+	return c, s
+}
+
+// vrrpMACElements is the number of elements of the port check's vrrp-mac
+// set in n.
+func vrrpMACElements(t *testing.T, n *node) int {
+	t.Helper()
+	c, s := vrrpMACSet(t, n)
 	els, err := c.GetSetElements(s)
 	if err != nil {
 		t.Fatal(err)
@@ -98,15 +106,7 @@ func vrrpMACElements(t *testing.T, n *node) int {
 // owner of the ruleset could.
 func flushVRRPMACs(t *testing.T, n *node) {
 	t.Helper()
-	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.CloseLasting()
-	s, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyBridge, Name: "podwire-port"}, "vrrp-mac")
-	if err != nil {
-		t.Fatalf("set vrrp-mac of bridge podwire-port: %v", err)
-	}
+	c, s := vrrpMACSet(t, n)
 	c.FlushSet(s)
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)

@@ -96,22 +96,29 @@ func TestPlanClaims(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := planFor(t, tenancyPlanConf, tc.ann, tc.env)
 			in.pod.Name = "p1"
-			_, err := planAttachment(in)
-			if tc.mention == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatal("admitted")
-			}
-			for _, m := range tc.mention {
-				if !strings.Contains(err.Error(), m) {
-					t.Errorf("%q does not mention %s", err, m)
-				}
-			}
+			checkPlanRefusal(t, in, tc.mention)
 		})
+	}
+}
+
+// checkPlanRefusal plans in: admitted when mention is nil, else refused
+// with an error that mentions each of mention.
+func checkPlanRefusal(t *testing.T, in *planInput, mention []string) {
+	t.Helper()
+	_, err := planAttachment(in)
+	if mention == nil {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatal("admitted")
+	}
+	for _, m := range mention {
+		if !strings.Contains(err.Error(), m) {
+			t.Errorf("%q does not mention %s", err, m)
+		}
 	}
 }
 
