@@ -45,9 +45,10 @@ func pluginVersion(t *testing.T, n *cluster.Node) string {
 // created and deleted on both nodes (a pod every 500 ms while the nodes keep up, the nodes in
 // turn, each deleted 8 s after its creation), as issue 20's rolling
 // upgrade asks:
-//   - no sandbox creation or deletion fails (no FailedCreatePodSandBox or
-//     FailedKillPod event of a churned pod: no ADD found the node without
-//     an agent, no DEL failed);
+//   - no sandbox creation or deletion fails (no FailedCreatePodSandBox
+//     event of a churned pod, and no FailedKillPod event of one that names
+//     its sandbox's teardown: no ADD found the node without an agent, no
+//     DEL failed);
 //   - no pod is unchecked at any sample: a pod wired before the upgrade
 //     sends a forged datagram every 250 ms all through the rollout, none
 //     arrives, while its genuine ones do; and every churned pod still
@@ -246,9 +247,13 @@ func (ch *churn) deleteAll(ctx context.Context) {
 	ch.pods = nil
 }
 
-// sandboxFailures lists the FailedCreatePodSandBox and FailedKillPod
-// events (a failed CNI ADD, a failed teardown) of the default namespace's
-// pods whose names start with prefix.
+// sandboxFailures lists the FailedCreatePodSandBox events (a failed CNI
+// ADD) and the FailedKillPod events whose message names KillPodSandbox (a
+// failed teardown, CNI DEL included) of the default namespace's pods whose
+// names start with prefix. A FailedKillPod that names only KillContainer
+// is the runtime failing to stop an app container (containerd's shim
+// closing its ttrpc connection while a loaded node kills it), which runs
+// no CNI: it is logged, not counted.
 func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string {
 	t.Helper()
 	b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/events", nil)
@@ -268,9 +273,16 @@ func sandboxFailures(t *testing.T, ctx context.Context, prefix string) []string 
 	}
 	var failed []string
 	for _, ev := range list.Items {
-		bad := ev.Reason == "FailedCreatePodSandBox" || ev.Reason == "FailedKillPod"
-		if bad && strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
-			failed = append(failed, fmt.Sprintf("%s %s (x%d): %s", ev.Reason, ev.InvolvedObject.Name, ev.Count, ev.Message))
+		if !strings.HasPrefix(ev.InvolvedObject.Name, prefix) {
+			continue
+		}
+		line := fmt.Sprintf("%s %s (x%d): %s", ev.Reason, ev.InvolvedObject.Name, ev.Count, ev.Message)
+		switch {
+		case ev.Reason == "FailedCreatePodSandBox",
+			ev.Reason == "FailedKillPod" && strings.Contains(ev.Message, "KillPodSandbox"):
+			failed = append(failed, line)
+		case ev.Reason == "FailedKillPod":
+			t.Logf("not a sandbox's failure (no CNI call): %s", line)
 		}
 	}
 	return failed
