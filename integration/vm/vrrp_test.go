@@ -206,6 +206,13 @@ func TestVRRPFailover(t *testing.T) {
 		t.Errorf("ADD with VRID 8: got %v, want CNI error 7 naming podwire.io/vrrp and VRID 8", err)
 	}
 
+	// The virtual address is claimed on VLAN 100: a pod that asks for it as
+	// its static address is refused (and leaves nothing, checked below).
+	_, err = n.addPodIn("nf", "squatter", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": vrrpVIP + "/24"})
+	if err == nil || cniCode(err) != 7 || !strings.Contains(err.Error(), "podwire.io/vlan-ips") || !strings.Contains(err.Error(), "VRID 7") {
+		t.Errorf("ADD with the virtual address as a static address: got %v, want CNI error 7 naming podwire.io/vlan-ips and VRID 7", err)
+	}
+
 	// podwire's CHECK of C (CheckLast: ptp's own CHECK refuses a result
 	// with VLAN addresses) finds its port's virtual-MAC element, and fails
 	// naming the set once another owner has flushed it; DEL still removes
