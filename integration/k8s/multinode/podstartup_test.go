@@ -1,12 +1,15 @@
 package multinode
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +49,8 @@ func TestPodStartup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("pod-startup: round %d, %s: %d pods, p50 %.2f s, max %.2f s\n", i, side, podStartupPods, b.p50.Seconds(), b.max.Seconds())
+		fmt.Printf("pod-startup: round %d, %s: %d pods, p50 %.2f s, max %.2f s, machine busy %.1f CPU-s, podwire-agent %.2f CPU-s\n",
+			i, side, podStartupPods, b.p50.Seconds(), b.max.Seconds(), b.busy, b.agent)
 		sides[side] = append(sides[side], b)
 	}
 	n := 2
@@ -86,8 +90,9 @@ func TestPodStartup(t *testing.T) {
 			key string
 			bs  []burst
 		}{{"with", w}, {"without", wo}} {
-			figures += fmt.Sprintf("podstartup-%[1]s-p50-s: %.3[2]f\npodstartup-%[1]s-max-s: %.3[3]f\n", side.key,
-				mean(side.bs, func(b burst) time.Duration { return b.p50 }), mean(side.bs, func(b burst) time.Duration { return b.max }))
+			figures += fmt.Sprintf("podstartup-%[1]s-p50-s: %.3[2]f\npodstartup-%[1]s-max-s: %.3[3]f\npodstartup-%[1]s-busy-cpu-s: %.2[4]f\npodstartup-%[1]s-agent-cpu-s: %.3[5]f\n", side.key,
+				mean(side.bs, func(b burst) time.Duration { return b.p50 }), mean(side.bs, func(b burst) time.Duration { return b.max }),
+				meanOf(side.bs, func(b burst) float64 { return b.busy }), meanOf(side.bs, func(b burst) float64 { return b.agent }))
 		}
 		if err := os.WriteFile(out, []byte(figures), 0o644); err != nil {
 			t.Error(err)
@@ -99,17 +104,36 @@ func TestPodStartup(t *testing.T) {
 		mean(wo, func(b burst) time.Duration { return b.p50 }), mean(wo, func(b burst) time.Duration { return b.max }),
 		mean(w, func(b burst) time.Duration { return b.p50 })/mean(wo, func(b burst) time.Duration { return b.p50 }),
 		mean(w, func(b burst) time.Duration { return b.max })/mean(wo, func(b burst) time.Duration { return b.max }))
+	fmt.Printf("pod-startup: machine busy per burst, creation to the last Running: with podwire %.1f CPU-s (podwire-agent %.2f), without %.1f CPU-s\n",
+		meanOf(w, func(b burst) float64 { return b.busy }), meanOf(w, func(b burst) float64 { return b.agent }),
+		meanOf(wo, func(b burst) float64 { return b.busy }))
+}
+
+// meanOf is the mean of f over bs.
+func meanOf(bs []burst, f func(burst) float64) float64 {
+	var s float64
+	for _, b := range bs {
+		s += f(b)
+	}
+	return s / float64(len(bs))
 }
 
 // burst is one burst's figures: the p50 and the maximum of the pods'
-// times from creation to Running.
-type burst struct{ p50, max time.Duration }
+// times from creation to Running, and the CPU time spent from the first
+// creation to the last Running, in seconds: busy, by the whole machine
+// (both nodes share its CPUs, so a burst's pods wait for CPU that any of
+// it takes), and agent, by the podwire-agent processes.
+type burst struct {
+	p50, max    time.Duration
+	busy, agent float64
+}
 
 // startBurst creates podStartupPods pods at once (named prefix-N, on the
 // nodes in turn), waits until each is Running, then deletes them and waits
 // until they are gone.
 func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 	created := make([]time.Time, podStartupPods)
+	busy0, agent0 := machineBusy(), agentCPU()
 	var wg sync.WaitGroup
 	errs := make([]error, podStartupPods)
 	for i := range podStartupPods {
@@ -141,12 +165,13 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	busy, agent := machineBusy()-busy0, agentCPU()-agent0
 	var times []time.Duration
 	for i := range podStartupPods {
 		times = append(times, running[fmt.Sprintf("%s-%d", prefix, i)].Sub(created[i]))
 	}
 	slices.Sort(times)
-	b := burst{p50: times[len(times)/2], max: times[len(times)-1]}
+	b := burst{p50: times[len(times)/2], max: times[len(times)-1], busy: busy, agent: agent}
 	for i := range podStartupPods {
 		if err := deletePod(ctx, ns, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
 			return b, err
@@ -185,4 +210,54 @@ func podPhases(ctx context.Context, ns, selector string) (map[string]string, err
 		out[p.Metadata.Name] = p.Status.Phase
 	}
 	return out, nil
+}
+
+// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on every Linux
+// architecture Go builds for: proc(5)).
+const userHZ = 100
+
+// machineBusy is the CPU time the machine has spent not idle since boot,
+// in seconds: /proc/stat's user, nice, system, irq, softirq and steal
+// (proc_stat(5)).
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var ticks float64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		if i < len(f) {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			ticks += v
+		}
+	}
+	return ticks / userHZ
+}
+
+// agentCPU is the user + system time of every running podwire-agent
+// process (the nodes' DaemonSet pods), in seconds (proc_pid_stat(5),
+// fields 14 and 15).
+func agentCPU() float64 {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var ticks float64
+	for _, d := range dirs {
+		if comm, err := os.ReadFile(d + "/comm"); err != nil || strings.TrimSpace(string(comm)) != "podwire-agent" {
+			continue
+		}
+		stat, err := os.ReadFile(d + "/stat")
+		if err != nil {
+			continue
+		}
+		// comm, field 2, is in parentheses and may hold any byte: the
+		// fields after the last ')' begin with field 3, the state.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			s, _ := strconv.ParseFloat(f[12], 64)
+			ticks += u + s
+		}
+	}
+	return ticks / userHZ
 }
