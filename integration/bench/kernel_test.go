@@ -65,14 +65,13 @@ func BenchmarkGrace(b *testing.B) {
 // BenchmarkRequests times what an ordinary pod's ADD and DEL ask of the
 // kernel, made by podwire's packages from the bench (no exec, no package
 // initialisation, no CNI config or result), in a netns holding arm E's
-// tables: for ADD one socket (nft.Dial), the generation read and the
-// tables' fact (nft.Intact: the previous round's DEL left them known
-// intact, so no verify), the pod's elements in one batch and its record
-// written on tmpfs; for DEL another socket, the elements deleted (the fact
-// carried) and the record removed. "add-verify" is the same ADD after
-// another owner committed (a table of its own added): the verify of every
-// table by content (nft.Ensure, nothing to repair) runs first. CPU is the
-// process's.
+// tables, as the plugin makes them: each on a socket of its own (nft.Dial)
+// and through the intact fact (nft.Intact); ADD verifies the tables
+// (ruleset.Ensure) only when the fact is not known, adds the pod's elements
+// in one batch and writes its record on tmpfs; DEL deletes the elements and
+// the record. "add" follows a DEL that left the tables known intact,
+// "add-verify" another owner's commit (a table of its own added and
+// deleted), so that its verify by content runs. CPU is the process's.
 func BenchmarkRequests(b *testing.B) {
 	g := testns.New(b)
 	dir := b.TempDir()
@@ -85,9 +84,9 @@ func BenchmarkRequests(b *testing.B) {
 	}
 	tables := ruleset.Tables(conf, nodetables.Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0"},
 		Egress4: netip.MustParseAddr(egressV4), Egress6: netip.MustParseAddr(egressV6)})
-	intactFile := filepath.Join(dir, "nft-intact")
-	// withConn runs f on a socket of its own (nft.Dial), closed after f as
-	// at the end of a plugin process (a DEL's grace period is paid there).
+	store := state.New(dir)
+	// withConn runs f on a socket of its own, closed after f as at the end
+	// of a plugin process (a DEL's grace period is paid there).
 	withConn := func(f func(c nft.Conn) error) error {
 		c, err := nft.Dial(nftables.WithNetNSFd(int(g.Fd())))
 		if err != nil {
@@ -105,34 +104,50 @@ func BenchmarkRequests(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer unix.Close(genSock)
-	openIntact := func(want []*nft.Table) (*nft.Intact, error) {
-		fd, err := unix.Dup(genSock)
-		if err != nil {
-			return nil, err
-		}
-		return nft.OpenIntactFD(intactFile, want, fd), nil
-	}
-	noLock := func() (func(), error) { return func() {}, nil }
-	none := func() (nft.Elements, error) { return nil, nil }
-	store := state.New(dir)
-	// addDel is an ADD and a DEL of rec, as the plugin makes them.
-	addDel := func(rec *state.Record) (add, del cost, err error) {
-		elems := ruleset.Elements(conf, rec)
-		add, err = timed(unix.RUSAGE_SELF, func() error {
+	// invocation is withConn through the intact fact of the tables want
+	// (nil: the file's, which DEL carries).
+	invocation := func(want []*nft.Table, f func(c nft.Conn, in *nft.Intact) error) (cost, error) {
+		return timed(unix.RUSAGE_SELF, func() error {
 			return withConn(func(c nft.Conn) error {
-				in, err := openIntact(tables)
+				fd, err := unix.Dup(genSock)
 				if err != nil {
 					return err
 				}
+				in := nft.OpenIntactFD(filepath.Join(dir, "nft-intact"), want, fd)
 				defer in.Close()
-				c = in.Conn(c)
+				return f(in.Conn(c), in)
+			})
+		})
+	}
+	// As in the plugin: one P, so that the goroutines mdlayher/socket
+	// starts per send and receive run on the thread that started them.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	err = withConn(func(c nft.Conn) error { _, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); return err })
+	if err != nil {
+		b.Fatalf("laying down the tables: %v", err)
+	}
+	rounds(b, 1, func(r, _ int, s samples) error {
+		for k, names := range [][2]string{{"add", "del"}, {"add-verify", "del-after-verify"}} {
+			if k == 1 {
+				err := withConn(func(c nft.Conn) error {
+					t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "bench-foreign"}
+					c.AddTable(t)
+					c.DelTable(t)
+					return c.Flush()
+				})
+				if err != nil {
+					return err
+				}
+			}
+			rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d-%d", r+1, k), IfName: "eth0", PodNamespace: "bench",
+				PodName: fmt.Sprintf("pod-%d-%d", r+1, k), HostIfName: fmt.Sprintf("veth%07x%d", r+1, k),
+				Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(9 + k), byte(r + 2)}), netip.MustParseAddr("fd00:244:9::5")},
+				SourceCheck: true, Egress: true, Complete: true}
+			elems := ruleset.Elements(conf, rec)
+			add, err := invocation(tables, func(c nft.Conn, in *nft.Intact) error {
 				if !in.Known() {
-					rep, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none)
-					if err == nil && rep.Changed() {
-						err = fmt.Errorf("the tables drifted: %v", rep.Drift)
-					}
-					if err != nil {
-						return err
+					if rep, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); err != nil || rep.Changed() {
+						return fmt.Errorf("verify: %v, drift %v", err, rep.Drift)
 					}
 					in.Verified()
 				}
@@ -141,68 +156,21 @@ func BenchmarkRequests(b *testing.B) {
 				}
 				return store.Put(rec)
 			})
-		})
-		if err != nil {
-			return add, del, fmt.Errorf("requests ADD: %w", err)
-		}
-		del, err = timed(unix.RUSAGE_SELF, func() error {
-			return withConn(func(c nft.Conn) error {
-				in, err := openIntact(nil)
-				if err != nil {
-					return err
-				}
-				defer in.Close()
-				if err := nft.DeleteElements(in.Conn(c), elems); err != nil {
+			if err != nil {
+				return fmt.Errorf("requests ADD: %w", err)
+			}
+			del, err := invocation(nil, func(c nft.Conn, _ *nft.Intact) error {
+				if err := nft.DeleteElements(c, elems); err != nil {
 					return err
 				}
 				return store.Delete(rec.ContainerID, rec.IfName)
 			})
-		})
-		return add, del, err
-	}
-	// foreign commits what another owner would: a table of its own added
-	// and deleted (a commit every time).
-	foreign := func() error {
-		return withConn(func(c nft.Conn) error {
-			t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "bench-foreign"}
-			c.AddTable(t)
-			c.DelTable(t)
-			return c.Flush()
-		})
-	}
-	// As in the plugin: one P, so that the goroutines mdlayher/socket
-	// starts per send and receive run on the thread that started them.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	err = withConn(func(c nft.Conn) error { _, err := nft.Ensure(c, tables, ruleset.Known(), noLock, none); return err })
-	if err != nil {
-		b.Fatalf("laying down the tables: %v", err)
-	}
-	requestRounds(b, addDel, foreign)
-}
-
-// requestRounds are BenchmarkRequests' rounds: an ADD and a DEL with the
-// tables known intact, then another owner's commit, then an ADD that
-// verifies and its DEL.
-func requestRounds(b *testing.B, addDel func(*state.Record) (cost, cost, error), foreign func() error) {
-	rounds(b, 1, func(r, _ int, s samples) error {
-		rec := func(k int) *state.Record {
-			return &state.Record{ContainerID: fmt.Sprintf("requests-%d-%d", r+1, k), IfName: "eth0", PodNamespace: "bench",
-				PodName: fmt.Sprintf("pod-%d-%d", r+1, k), HostIfName: fmt.Sprintf("veth%07x%d", r+1, k),
-				Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(9 + k), byte(r + 2)}), netip.MustParseAddr("fd00:244:9::5")},
-				SourceCheck: true, Egress: true, Complete: true}
+			s.put(names[0], add)
+			s.put(names[1], del)
+			if err != nil {
+				return fmt.Errorf("requests DEL: %w", err)
+			}
 		}
-		add, del, err := addDel(rec(0))
-		if err != nil {
-			return err
-		}
-		if err := foreign(); err != nil {
-			return err
-		}
-		addV, delV, err := addDel(rec(1))
-		s.put("add", add)
-		s.put("del", del)
-		s.put("add-verify", addV)
-		s.put("del-after-verify", delV)
-		return err
+		return nil
 	})
 }
