@@ -2,9 +2,11 @@ package multinode
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,6 +109,31 @@ func TestPodStartup(t *testing.T) {
 	fmt.Printf("pod-startup: machine busy per burst, creation to the last Running: with podwire %.1f CPU-s (podwire-agent %.2f), without %.1f CPU-s\n",
 		meanOf(w, func(b burst) float64 { return b.busy }), meanOf(w, func(b burst) float64 { return b.agent }),
 		meanOf(wo, func(b burst) float64 { return b.busy }))
+	printByComm(w, wo)
+}
+
+// printByComm prints the mean CPU time per burst of each process name with
+// and without podwire, the names whose difference is largest first: where
+// a burst with podwire spends its CPU.
+func printByComm(w, wo []burst) {
+	names := map[string]bool{}
+	for _, b := range append(slices.Clone(w), wo...) {
+		for n := range b.byComm {
+			names[n] = true
+		}
+	}
+	type row struct {
+		name     string
+		with, wo float64
+	}
+	var rows []row
+	for n := range names {
+		rows = append(rows, row{n, meanOf(w, func(b burst) float64 { return b.byComm[n] }), meanOf(wo, func(b burst) float64 { return b.byComm[n] })})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(math.Abs(b.with-b.wo), math.Abs(a.with-a.wo)) })
+	for _, r := range rows[:min(len(rows), 15)] {
+		fmt.Printf("pod-startup: CPU-s per burst by process: %-18s with %6.2f  without %6.2f  difference %+6.2f\n", r.name, r.with, r.wo, r.with-r.wo)
+	}
 }
 
 // meanOf is the mean of f over bs.
@@ -122,10 +149,12 @@ func meanOf(bs []burst, f func(burst) float64) float64 {
 // times from creation to Running, and the CPU time spent from the first
 // creation to the last Running, in seconds: busy, by the whole machine
 // (both nodes share its CPUs, so a burst's pods wait for CPU that any of
-// it takes), and agent, by the podwire-agent processes.
+// it takes), agent, by the podwire-agent processes, and byComm, by process
+// name (procCPU).
 type burst struct {
 	p50, max    time.Duration
 	busy, agent float64
+	byComm      map[string]float64
 }
 
 // startBurst creates podStartupPods pods at once (named prefix-N, on the
@@ -133,7 +162,7 @@ type burst struct {
 // until they are gone.
 func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 	created := make([]time.Time, podStartupPods)
-	busy0, agent0 := machineBusy(), agentCPU()
+	busy0, procs0 := machineBusy(), procCPU()
 	var wg sync.WaitGroup
 	errs := make([]error, podStartupPods)
 	for i := range podStartupPods {
@@ -165,13 +194,13 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	busy, agent := machineBusy()-busy0, agentCPU()-agent0
+	busy, byComm := machineBusy()-busy0, cpuByComm(procs0, procCPU())
 	var times []time.Duration
 	for i := range podStartupPods {
 		times = append(times, running[fmt.Sprintf("%s-%d", prefix, i)].Sub(created[i]))
 	}
 	slices.Sort(times)
-	b := burst{p50: times[len(times)/2], max: times[len(times)-1], busy: busy, agent: agent}
+	b := burst{p50: times[len(times)/2], max: times[len(times)-1], busy: busy, agent: byComm["podwire-agent"], byComm: byComm}
 	for i := range podStartupPods {
 		if err := deletePod(ctx, ns, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
 			return b, err
@@ -236,28 +265,56 @@ func machineBusy() float64 {
 	return ticks / userHZ
 }
 
-// agentCPU is the user + system time of every running podwire-agent
-// process (the nodes' DaemonSet pods), in seconds (proc_pid_stat(5),
-// fields 14 and 15).
-func agentCPU() float64 {
+// procCPU is the CPU time of every process, in seconds, by PID: user +
+// system of the process and of its children it has waited for (so a CNI
+// plugin's time shows in the runtime that ran it, runc's in its shim):
+// proc_pid_stat(5), fields 14 to 17.
+func procCPU() map[int]procTime {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var ticks float64
+	out := make(map[int]procTime, len(dirs))
 	for _, d := range dirs {
-		if comm, err := os.ReadFile(d + "/comm"); err != nil || strings.TrimSpace(string(comm)) != "podwire-agent" {
-			continue
-		}
 		stat, err := os.ReadFile(d + "/stat")
-		if err != nil {
-			continue
+		i := bytes.LastIndexByte(stat, ')')
+		if err != nil || i < 0 {
+			continue // gone since the glob
 		}
 		// comm, field 2, is in parentheses and may hold any byte: the
 		// fields after the last ')' begin with field 3, the state.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) > 12 {
-			u, _ := strconv.ParseFloat(f[11], 64)
-			s, _ := strconv.ParseFloat(f[12], 64)
-			ticks += u + s
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		var ticks float64
+		for _, v := range f[11:15] {
+			t, _ := strconv.ParseFloat(v, 64)
+			ticks += t
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		open := bytes.IndexByte(stat, '(')
+		out[pid] = procTime{comm: string(stat[open+1 : i]), cpu: ticks / userHZ}
+	}
+	return out
+}
+
+// procTime is one process's name and CPU time (procCPU).
+type procTime struct {
+	comm string
+	cpu  float64
+}
+
+// cpuByComm is the CPU time each process name spent between the snapshots
+// before and after: a process in both counts its growth, a new one all
+// of its time.
+func cpuByComm(before, after map[int]procTime) map[string]float64 {
+	out := map[string]float64{}
+	for pid, a := range after {
+		d := a.cpu
+		if b, ok := before[pid]; ok && b.comm == a.comm {
+			d -= b.cpu
+		}
+		if d > 0 {
+			out[a.comm] += d
 		}
 	}
-	return ticks / userHZ
+	return out
 }
