@@ -7,8 +7,8 @@
 #
 # Environment: BENCH (the -bench regexp, default every benchmark),
 # BENCH_ROUNDS (rounds of each benchmark = pods per arm, default 30),
-# BENCH_LEVELS, BENCH_FOREIGN, BENCH_COMPARE (integration/bench's package
-# comment says what they are), BENCH_OUT (default docs/benchmarks.md),
+# BENCH_LEVELS, BENCH_FOREIGN, BENCH_COMPARE (integration/bench/README.md
+# says what they are), BENCH_OUT (default docs/benchmarks.md),
 # BENCH_VM=0 to skip row G's VM run (scripts/vm-test.sh,
 # BenchmarkVLANAttachment, BENCH_VM_ROUNDS rounds, default 20; about 2
 # minutes under TCG), BENCH_STRACE=0 to skip the syscall profile

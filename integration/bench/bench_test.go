@@ -2,27 +2,13 @@
 // and a do-nothing chained plugin (passthrough/, the floor), through libcni,
 // in network namespaces of its own. scripts/bench.sh runs it as root (`make
 // bench`, never `make test`) and report/ writes docs/benchmarks.md from its
-// output; nothing asserts a figure.
-//
-// A benchmark iteration is one round of a comparison: every arm once, the
-// first arm rotated each round, so that the noise of a shared machine falls
-// on every arm alike; an unmeasured round comes first. Per arm, "E-add-ms"
-// is the p50 over the rounds and "p90-E-add-ms" the p90; "-cpu-ms" is the
-// user + system time of the plugin processes, "-faults" their minor page
-// faults (wait4's rusage).
-//
-// Environment: PODWIRE_BIN, PODWIRE_CNI_BIN, BENCH_BIN (passthrough's dir),
-// BENCH_LEVELS (existing pods of BenchmarkScaling, default 0,100,1000),
-// BENCH_FOREIGN (services,endpoints,idle services of BenchmarkForeign),
-// BENCH_COMPARE (a second podwire for BenchmarkDirect) and BENCH_WRAP (a
-// command line that BenchmarkScaling's podwire run directly runs under in
-// the unmeasured round, for scripts/profile.sh: %d the level, %o the op, %v
-// the verb).
+// output; nothing asserts a figure. README.md says what each benchmark
+// measures, how its figures are named and which environment it reads.
 package bench
 
 import (
 	"bytes"
-	"encoding/json"
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,10 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/libcni"
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/cnitest"
@@ -124,8 +107,7 @@ func newNode(b *testing.B, name string) *node {
 	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
 		b.Fatal(err)
 	}
-	err = nodeNS.Do(func(ns.NetNS) error { _, err := run(exec.Command("ip", "-batch", "-"), []byte(uplink)); return err })
-	if err != nil {
+	if _, err := n.run(exec.Command("ip", "-batch", "-"), []byte(uplink)); err != nil {
 		b.Fatalf("node %s uplink: %v", name, err)
 	}
 	return n
@@ -135,7 +117,7 @@ func newNode(b *testing.B, name string) *node {
 // their links, routes and tables with them.
 func (n *node) close() {
 	for _, p := range n.pods {
-		testns.Release(p.ns)
+		testns.Release(p.NS)
 	}
 	n.pods = nil
 	if n.NS != nil {
@@ -150,23 +132,16 @@ func binDirs() []string {
 
 // benchBin is the dir holding the passthrough plugin (scripts/bench.sh
 // builds it there).
-func benchBin() string { return env("BENCH_BIN", "../../.cache/bench-bin") }
-
-// env is the environment's key, or def.
-func env(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
+func benchBin() string { return cmp.Or(os.Getenv("BENCH_BIN"), "../../.cache/bench-bin") }
 
 // envInts is a comma-separated list of integers from the environment.
 func envInts(b *testing.B, key, def string) []int {
+	list := cmp.Or(os.Getenv(key), def)
 	var out []int
-	for _, f := range strings.Split(env(key, def), ",") {
+	for _, f := range strings.Split(list, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 0 {
-			b.Fatalf("bad %s %q", key, env(key, def))
+			b.Fatalf("bad %s %q", key, list)
 		}
 		out = append(out, v)
 	}
@@ -175,10 +150,8 @@ func envInts(b *testing.B, key, def string) []int {
 
 // pod is one pod sandbox attached through one arm's conflist.
 type pod struct {
-	ns  ns.NetNS
+	cnitest.Sandbox
 	arm *arm
-	rt  *libcni.RuntimeConf
-	res *current.Result
 }
 
 // cost is what one operation took, in ms: wall and CPU time, and the
@@ -216,7 +189,7 @@ func newPod(a *arm, seq int) (*pod, error) {
 		args.Capabilities = map[string]any{"portMappings": []map[string]any{
 			{"hostPort": 20000 + seq%40000, "containerPort": 80, "protocol": "tcp"}}}
 	}
-	return &pod{ns: podNS, arm: a, rt: args.RuntimeConf(podNS.Path())}, nil
+	return &pod{Sandbox: cnitest.Sandbox{NS: podNS, RT: args.RuntimeConf(podNS.Path())}, arm: a}, nil
 }
 
 // attach makes a pod of arm a and runs ADD through its chain in the node
@@ -227,25 +200,21 @@ func (n *node) attach(a *arm, seq int) (*pod, cost, error) {
 	if err != nil {
 		return nil, cost{}, err
 	}
-	c, err := timed(unix.RUSAGE_CHILDREN, func() (err error) { p.res, _, err = n.Attach(a.list, p.rt); return err })
+	c, err := timed(unix.RUSAGE_CHILDREN, func() (err error) { p.Result, p.Version, err = n.Attach(a.list, p.RT); return err })
 	if err != nil {
-		testns.Release(p.ns)
+		testns.Release(p.NS)
 		return nil, c, err
 	}
 	return p, c, nil
 }
 
-// del runs DEL through the pod's chain (with libcni's cached prevResult).
-func (n *node) del(p *pod) (cost, error) {
-	return timed(unix.RUSAGE_CHILDREN, func() error { return n.Del(p.arm.list, p.rt) })
-}
-
-// addDel makes a pod of arm a, times its ADD and DEL and removes its netns.
+// addDel makes a pod of arm a, times its ADD and DEL (with libcni's cached
+// prevResult) and removes its netns.
 func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
 	p, add, err := n.attach(a, seq)
 	if err == nil {
-		defer testns.Release(p.ns)
-		del, err = n.del(p)
+		defer testns.Release(p.NS)
+		del, err = timed(unix.RUSAGE_CHILDREN, func() error { return n.Del(a.list, p.RT) })
 	}
 	if err != nil {
 		err = fmt.Errorf("arm %s on %s: %w", a.key, n.name, err)
@@ -264,38 +233,9 @@ func (n *node) keep(b *testing.B, a *arm, seq int) *pod {
 	return p
 }
 
-// execPlugin runs bin for verb on pod p in the node netns as a runtime runs
-// it (CNI_* environment, the entry with p's result as prevResult on stdin),
-// under wrap when set, and returns the process's own cost.
-func (n *node) execPlugin(bin, verb string, p *pod, entry map[string]any, wrap []string) (cost, error) {
-	conf := map[string]any{"cniVersion": "1.1.0", "name": p.arm.list.Name,
-		"runtimeConfig": map[string]any{"io.kubernetes.cri.pod-annotations": p.rt.CapabilityArgs["io.kubernetes.cri.pod-annotations"]}}
-	for k, v := range entry {
-		if k != "capabilities" {
-			conf[k] = v
-		}
-	}
-	if verb == "ADD" {
-		conf["prevResult"] = p.res
-	}
-	stdin, err := json.Marshal(conf)
-	if err != nil {
-		return cost{}, err
-	}
-	var args []string
-	for _, kv := range p.rt.Args {
-		args = append(args, kv[0]+"="+kv[1])
-	}
-	argv := append(slices.Clone(wrap), bin)
-	var c cost
-	err = n.NS.Do(func(ns.NetNS) error {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + p.rt.ContainerID, "CNI_NETNS=" + p.rt.NetNS,
-			"CNI_IFNAME=" + p.rt.IfName, "CNI_ARGS=" + strings.Join(args, ";"), "CNI_PATH=" + strings.Join(binDirs(), ":"),
-			"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-		c, err = run(cmd, stdin)
-		return err
-	})
+// run runs cmd in the node netns (see run).
+func (n *node) run(cmd *exec.Cmd, stdin []byte) (c cost, err error) {
+	err = n.NS.Do(func(ns.NetNS) error { c, err = run(cmd, stdin); return err })
 	return c, err
 }
 
@@ -349,7 +289,7 @@ func rounds(b *testing.B, n int, arm func(r, i int, s samples) error) {
 	round := func(r int, s samples) {
 		for k := range n {
 			check(b)
-			if err := arm(r, ((k+r)%n+n)%n, s); err != nil {
+			if err := arm(r, (k+r+n)%n, s); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -360,10 +300,4 @@ func rounds(b *testing.B, n int, arm func(r, i int, s samples) error) {
 		round(r, s)
 	}
 	s.report(b)
-}
-
-// rotate returns s rotated left by r (the round's first arm).
-func rotate[T any](s []T, r int) []T {
-	r = ((r % len(s)) + len(s)) % len(s)
-	return append(slices.Clone(s[r:]), s[:r]...)
 }

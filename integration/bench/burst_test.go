@@ -16,13 +16,12 @@ import (
 // kubelet's pod workers start sandboxes.
 const burstSize = 48
 
-// BenchmarkBurst makes burstSize pods at once on one node per arm (A ptp +
-// host-local, B A + passthrough, the floor; E A + podwire) and then deletes
-// them at once, arms round-robin: "<arm>-burst-add-ms" is the wall time from
-// the first ADD's start to the last one's end, "-cpu-ms" the CPU time of
-// every plugin process of the burst (RUSAGE_CHILDREN: each is waited for
-// before the burst ends), the same for "-burst-del". Pod netns are made
-// before the clock starts and removed after it stops.
+// BenchmarkBurst makes burstSize pods at once on one node per arm (A, B the
+// floor, E) and then deletes them at once: "<arm>-burst-add-ms" is the wall
+// time from the first ADD's start to the last one's end, "-cpu-ms" the CPU
+// time of every plugin process of the burst (each is waited for before the
+// burst ends). Pod netns are made before the clock starts and removed after
+// it stops.
 func BenchmarkBurst(b *testing.B) {
 	var arms []*arm
 	for i, k := range []string{"A", "B", "E"} {
@@ -31,30 +30,28 @@ func BenchmarkBurst(b *testing.B) {
 	seq := 200000
 	rounds(b, len(arms), func(r, i int, s samples) error {
 		a := arms[i]
-		pods := make([]*pod, burstSize)
+		var pods []*pod
 		defer func() {
 			for _, p := range pods {
-				if p != nil {
-					testns.Release(p.ns)
-				}
+				testns.Release(p.NS)
 			}
 		}()
-		for j := range pods {
+		for range burstSize {
 			seq++
 			p, err := newPod(a, seq)
 			if err != nil {
 				return err
 			}
-			pods[j] = p
+			pods = append(pods, p)
 		}
 		add, err := timed(unix.RUSAGE_CHILDREN, func() error {
-			return each(pods, func(p *pod) (err error) { p.res, _, err = a.n.Attach(a.list, p.rt); return err })
+			return each(pods, func(p *pod) (err error) { p.Result, p.Version, err = a.n.Attach(a.list, p.RT); return err })
 		})
 		if err != nil {
 			return fmt.Errorf("burst of arm %s, ADD: %w", a.key, err)
 		}
 		del, err := timed(unix.RUSAGE_CHILDREN, func() error {
-			return each(pods, func(p *pod) error { return a.n.Del(a.list, p.rt) })
+			return each(pods, func(p *pod) error { return a.n.Del(a.list, p.RT) })
 		})
 		if err != nil {
 			return fmt.Errorf("burst of arm %s, DEL: %w", a.key, err)

@@ -62,6 +62,18 @@ func BenchmarkGrace(b *testing.B) {
 	})
 }
 
+// withConn runs f on a socket of its own in netns n (nft.Dial, as the
+// plugin's), closed after f as at the end of a plugin process (a DEL's
+// grace period is paid there).
+func withConn(n ns.NetNS, f func(c nft.Conn) error) error {
+	c, err := nft.Dial(nftables.WithNetNSFd(int(n.Fd())))
+	if err != nil {
+		return err
+	}
+	defer c.(interface{ CloseLasting() error }).CloseLasting()
+	return f(c)
+}
+
 // BenchmarkRequests times what an ordinary pod's ADD and DEL ask of the
 // kernel, made by podwire's packages from the bench (no exec, no package
 // initialisation, no CNI config or result), in a netns holding arm E's
@@ -85,16 +97,6 @@ func BenchmarkRequests(b *testing.B) {
 	tables := ruleset.Tables(conf, nodetables.Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0"},
 		Egress4: netip.MustParseAddr(egressV4), Egress6: netip.MustParseAddr(egressV6)})
 	store := state.New(dir)
-	// withConn runs f on a socket of its own, closed after f as at the end
-	// of a plugin process (a DEL's grace period is paid there).
-	withConn := func(f func(c nft.Conn) error) error {
-		c, err := nft.Dial(nftables.WithNetNSFd(int(g.Fd())))
-		if err != nil {
-			return err
-		}
-		defer c.(interface{ CloseLasting() error }).CloseLasting()
-		return f(c)
-	}
 	// The generation socket of nft.Intact is opened in the netns once and
 	// dup(2)ed for each invocation (the plugin opens its own, in its
 	// netns: one socket(2) where this makes one dup(2)); entering the netns
@@ -108,7 +110,7 @@ func BenchmarkRequests(b *testing.B) {
 	// (nil: the file's, which DEL carries).
 	invocation := func(want []*nft.Table, f func(c nft.Conn, in *nft.Intact) error) (cost, error) {
 		return timed(unix.RUSAGE_SELF, func() error {
-			return withConn(func(c nft.Conn) error {
+			return withConn(g, func(c nft.Conn) error {
 				fd, err := unix.Dup(genSock)
 				if err != nil {
 					return err
@@ -122,14 +124,14 @@ func BenchmarkRequests(b *testing.B) {
 	// As in the plugin: one P, so that the goroutines mdlayher/socket
 	// starts per send and receive run on the thread that started them.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	err = withConn(func(c nft.Conn) error { _, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); return err })
+	err = withConn(g, func(c nft.Conn) error { _, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); return err })
 	if err != nil {
 		b.Fatalf("laying down the tables: %v", err)
 	}
 	rounds(b, 1, func(r, _ int, s samples) error {
 		for k, names := range [][2]string{{"add", "del"}, {"add-verify", "del-after-verify"}} {
 			if k == 1 {
-				err := withConn(func(c nft.Conn) error {
+				err := withConn(g, func(c nft.Conn) error {
 					t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "bench-foreign"}
 					c.AddTable(t)
 					c.DelTable(t)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/google/nftables"
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/nft"
@@ -51,22 +50,6 @@ func levelNode(b *testing.B, i, pods int) *level {
 	return l
 }
 
-// withNFT runs f on an nftables connection in the node netns.
-func (n *node) withNFT(f func(c *nftables.Conn) error) error {
-	c, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
-	if err != nil {
-		return err
-	}
-	defer c.CloseLasting()
-	return f(c)
-}
-
-// deleteTables removes every podwire table of the node (with the function
-// `podwire uninstall` uses): the next ADD is a first invocation.
-func (n *node) deleteTables() error {
-	return n.withNFT(func(c *nftables.Conn) error { _, err := nodetables.RemoveAll(c); return err })
-}
-
 // BenchmarkScaling measures, on one node per BENCH_LEVELS entry, round-robin
 // over the levels and within a level over: ptp + host-local alone (A), the
 // podwire chain (E), the chain right after every podwire table was deleted
@@ -89,22 +72,27 @@ func compare(b *testing.B, nodes []*level, wrapTmpl string, ops ...string) {
 	seq := 100000
 	rounds(b, len(nodes), func(r, i int, s samples) error {
 		l := nodes[i]
-		for _, op := range rotate(ops, r) {
+		for k := range ops {
+			op := ops[(k+r+len(ops))%len(ops)]
 			seq++
 			wrap := ""
 			if r < 0 { // profile the unmeasured round only
 				wrap = strings.NewReplacer("%d", l.name, "%o", op).Replace(wrapTmpl)
 			}
+			if op == "first" || op == "alonefirst" {
+				// every podwire table deleted (as by `podwire uninstall`): the
+				// next ADD is a first invocation
+				err := withConn(l.n.NS, func(c nft.Conn) error { _, err := nodetables.RemoveAll(c); return err })
+				if err != nil {
+					return err
+				}
+			}
 			var add, del cost
 			var err error
-			if op == "first" || op == "alonefirst" {
-				err = l.n.deleteTables()
-			}
-			switch {
-			case err != nil:
-			case op == "A":
+			switch op {
+			case "A":
 				add, del, err = l.n.addDel(l.a, seq)
-			case op == "E" || op == "first":
+			case "E", "first":
 				add, del, err = l.n.addDel(l.e, seq)
 			default:
 				add, del, err = l.n.alone(cnitest.PodwireBin(), l.a, seq, podwireEntry(l.n, nil), wrap)
@@ -185,7 +173,5 @@ func (n *node) fakeBridgedPods(count int) error {
 			Name: fmt.Sprintf("bench/fake-%d", i), Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 251, byte(i >> 8), byte(i)}),
 				netip.MustParseAddr(fmt.Sprintf("fd00:251::%x", i))}})
 	}
-	return n.withNFT(func(c *nftables.Conn) error {
-		return nft.AddElements(c, []*nft.Table{sourcecheck.BridgeTable()}, e)
-	})
+	return withConn(n.NS, func(c nft.Conn) error { return nft.AddElements(c, []*nft.Table{sourcecheck.BridgeTable()}, e) })
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,27 +67,19 @@ func BenchmarkThroughput(b *testing.B) {
 // and sent. The sockets are made in their pod's netns and used from any
 // thread.
 func blast(s, r *pod) (rx, tx float64, err error) {
-	var v4 net.IP
-	for _, ip := range r.res.IPs {
-		if v4 = ip.Address.IP.To4(); v4 != nil {
-			break
-		}
-	}
-	if v4 == nil {
-		return 0, 0, fmt.Errorf("pod %s has no IPv4 address", r.rt.ContainerID)
+	v4, _ := r.Addrs()
+	if !v4.IsValid() {
+		return 0, 0, fmt.Errorf("pod %s has no IPv4 address", r.RT.ContainerID)
 	}
 	var rc, sc *net.UDPConn
-	err = r.ns.Do(func(ns.NetNS) (err error) { rc, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 9999}); return err })
+	err = r.NS.Do(func(ns.NetNS) (err error) { rc, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 9999}); return err })
 	if err != nil {
 		return 0, 0, err
 	}
 	defer rc.Close()
 	_ = rc.SetReadBuffer(8 << 20)
-	err = s.ns.Do(func(ns.NetNS) (err error) {
-		sc, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: v4, Port: 9999})
-		return err
-	})
-	if err != nil {
+	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(v4, 9999))
+	if err = s.NS.Do(func(ns.NetNS) (err error) { sc, err = net.DialUDP("udp4", nil, dst); return err }); err != nil {
 		return 0, 0, err
 	}
 	defer sc.Close()
