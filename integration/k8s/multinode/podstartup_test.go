@@ -131,7 +131,7 @@ func printByComm(w, wo []burst) {
 		rows = append(rows, row{n, meanOf(w, func(b burst) float64 { return b.byComm[n] }), meanOf(wo, func(b burst) float64 { return b.byComm[n] })})
 	}
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(math.Abs(b.with-b.wo), math.Abs(a.with-a.wo)) })
-	for _, r := range rows[:min(len(rows), 15)] {
+	for _, r := range rows[:min(len(rows), 20)] {
 		fmt.Printf("pod-startup: CPU-s per burst by process: %-18s with %6.2f  without %6.2f  difference %+6.2f\n", r.name, r.with, r.wo, r.with-r.wo)
 	}
 }
@@ -302,6 +302,16 @@ type procTime struct {
 	cpu  float64
 }
 
+// commGroup is the name a process's time is summed under: a kernel worker
+// names the work it runs now ("kworker/u8:2-writeback"), so all of them
+// are one, "kworker".
+func commGroup(comm string) string {
+	if strings.HasPrefix(comm, "kworker/") {
+		return "kworker"
+	}
+	return comm
+}
+
 // cpuByComm is the CPU time each process name spent between the snapshots
 // before and after: a process in both counts its growth, a new one all
 // of its time.
@@ -313,7 +323,7 @@ func cpuByComm(before, after map[int]procTime) map[string]float64 {
 			d -= b.cpu
 		}
 		if d > 0 {
-			out[a.comm] += d
+			out[commGroup(a.comm)] += d
 		}
 	}
 	return out
