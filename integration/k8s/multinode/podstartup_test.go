@@ -319,7 +319,7 @@ func cpuByComm(before, after map[int]procTime) map[string]float64 {
 	out := map[string]float64{}
 	for pid, a := range after {
 		d := a.cpu
-		if b, ok := before[pid]; ok && b.comm == a.comm {
+		if b, ok := before[pid]; ok && commGroup(b.comm) == commGroup(a.comm) {
 			d -= b.cpu
 		}
 		if d > 0 {
