@@ -9,7 +9,9 @@ package bench
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ const egressV4, egressV6 = "203.0.113.10", "2001:db8::10"
 var (
 	workDir, stateRoot string  // libcni cache and leases on disk; podwire state on tmpfs
 	nodes              []*node // closed by TestMain
-	interrupted        atomic.Bool
+	interrupted        context.Context
 )
 
 // TestMain makes the work directories and, after the benchmarks (or a
@@ -44,16 +45,13 @@ var (
 func TestMain(m *testing.M) {
 	var err error
 	if workDir, err = os.MkdirTemp("", "podwire-bench-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		log.Fatal(err)
 	}
 	// podwire's state lives on tmpfs on a node (/run/podwire).
 	if stateRoot, err = os.MkdirTemp("/dev/shm", "podwire-bench-state-"); err != nil {
 		stateRoot, _ = os.MkdirTemp(workDir, "state-")
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	go func() { <-sigs; interrupted.Store(true) }()
+	interrupted, _ = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := m.Run()
 	for _, n := range nodes {
 		n.close()
@@ -65,7 +63,7 @@ func TestMain(m *testing.M) {
 
 // check ends b when the run was told to stop.
 func check(b *testing.B) {
-	if interrupted.Load() {
+	if interrupted.Err() != nil {
 		b.Fatal("interrupted")
 	}
 }
@@ -83,9 +81,8 @@ route add default via 192.0.2.254 dev eth0
 route add default via 2001:db8:1::fe dev eth0
 `
 
-// node is a simulated Kubernetes node: a netns with forwarding on, an
-// uplink with default routes and the egress IPs, and directories for
-// libcni's cache, host-local's leases and podwire's state and log.
+// node is a simulated Kubernetes node: a netns that forwards, its uplink,
+// and its directories (libcni's cache, host-local's leases, podwire's).
 type node struct {
 	*cnitest.Client
 	name, dir, stateDir string
@@ -102,7 +99,7 @@ func newNode(b *testing.B, name string) *node {
 		b.Fatal(err)
 	}
 	n := &node{name: name, dir: filepath.Join(workDir, name), stateDir: filepath.Join(stateRoot, name)}
-	n.Client = cnitest.NewClient(nodeNS, binDirs(), filepath.Join(n.dir, "cache"))
+	n.Client = cnitest.NewClient(nodeNS, append(cnitest.Plugins(), benchBin()), filepath.Join(n.dir, "cache"))
 	nodes = append(nodes, n)
 	if err := cnitest.Sysctls(nodeNS, cnitest.RouterSysctls...); err != nil {
 		b.Fatal(err)
@@ -113,8 +110,8 @@ func newNode(b *testing.B, name string) *node {
 	return n
 }
 
-// close removes the node's netns and the pods it kept; the kernel removes
-// their links, routes and tables with them.
+// close removes the netns of the node and its kept pods, and with them all
+// the kernel holds in them.
 func (n *node) close() {
 	for _, p := range n.pods {
 		testns.Release(p.NS)
@@ -126,12 +123,7 @@ func (n *node) close() {
 	}
 }
 
-func binDirs() []string {
-	return []string{filepath.Dir(cnitest.PodwireBin()), cnitest.CNIBinDir(), benchBin()}
-}
-
-// benchBin is the dir holding the passthrough plugin (scripts/bench.sh
-// builds it there).
+// benchBin holds passthrough (scripts/bench.sh builds it there).
 func benchBin() string { return cmp.Or(os.Getenv("BENCH_BIN"), "../../.cache/bench-bin") }
 
 // envInts is a comma-separated list of integers from the environment.
@@ -148,21 +140,16 @@ func envInts(b *testing.B, key, def string) []int {
 	return out
 }
 
-// pod is one pod sandbox attached through one arm's conflist.
-type pod struct {
-	cnitest.Sandbox
-	arm *arm
-}
+// pod is one pod sandbox: its netns, runtime config and result.
+type pod = cnitest.Sandbox
 
-// cost is what one operation took, in ms: wall and CPU time, and the
-// minor page faults of a plugin process run directly.
+// cost is what one operation took: wall and CPU ms, and minor page faults.
 type cost struct{ wall, cpu, faults float64 }
 
-// timed runs f and returns its wall time and the CPU time (user + system)
-// that getrusage(who) counts meanwhile: RUSAGE_CHILDREN for the plugin
-// processes (they and their IPAM children are waited for, and one
-// operation runs at a time), RUSAGE_THREAD or RUSAGE_SELF for work made in
-// the bench.
+// timed runs f and returns its wall time and the CPU time that
+// getrusage(who) counts meanwhile: RUSAGE_CHILDREN for the plugin processes
+// (each is waited for, and one operation runs at a time), RUSAGE_THREAD or
+// RUSAGE_SELF for work made in the bench.
 func timed(who int, f func() error) (cost, error) {
 	cpu := func() float64 {
 		var ru unix.Rusage
@@ -185,16 +172,11 @@ func newPod(a *arm, seq int) (*pod, error) {
 	}
 	args := a.args
 	args.Name = fmt.Sprintf("bench-%s-%d", a.key, seq)
-	if a.portmap {
-		args.Capabilities = map[string]any{"portMappings": []map[string]any{
-			{"hostPort": 20000 + seq%40000, "containerPort": 80, "protocol": "tcp"}}}
-	}
-	return &pod{Sandbox: cnitest.Sandbox{NS: podNS, RT: args.RuntimeConf(podNS.Path())}, arm: a}, nil
+	return &pod{NS: podNS, RT: args.RuntimeConf(podNS.Path())}, nil
 }
 
-// attach makes a pod of arm a and runs ADD through its chain in the node
-// netns (libcni's DEL after a failed ADD, as a runtime does; then the pod's
-// netns removed).
+// attach makes a pod of arm a and runs ADD through its chain (a DEL after a
+// failed ADD, as a runtime does).
 func (n *node) attach(a *arm, seq int) (*pod, cost, error) {
 	p, err := newPod(a, seq)
 	if err != nil {
@@ -222,8 +204,7 @@ func (n *node) addDel(a *arm, seq int) (add, del cost, err error) {
 	return add, del, err
 }
 
-// keep makes a pod through arm a and keeps it (an existing pod); b fails
-// when it cannot.
+// keep makes a pod through arm a and keeps it (an existing pod).
 func (n *node) keep(b *testing.B, a *arm, seq int) *pod {
 	p, _, err := n.attach(a, seq)
 	if err != nil {
@@ -239,8 +220,7 @@ func (n *node) run(cmd *exec.Cmd, stdin []byte) (c cost, err error) {
 	return c, err
 }
 
-// run runs cmd with stdin and returns its wall time and wait4's CPU time
-// and minor page faults of the process.
+// run runs cmd with stdin: its wall time, and wait4's rusage of the process.
 func run(cmd *exec.Cmd, stdin []byte) (cost, error) {
 	var out bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &out, &out
@@ -258,8 +238,7 @@ func run(cmd *exec.Cmd, stdin []byte) (cost, error) {
 // samples are the figures of the measured rounds, by metric name.
 type samples map[string][]float64
 
-// put records an operation's cost as "<name>-ms", "<name>-cpu-ms" and,
-// for a process run directly, "<name>-faults".
+// put records c as "<name>-ms", "-cpu-ms" and (a process's) "-faults".
 func (s samples) put(name string, c cost) {
 	s[name+"-ms"] = append(s[name+"-ms"], c.wall)
 	s[name+"-cpu-ms"] = append(s[name+"-cpu-ms"], c.cpu)
@@ -268,8 +247,7 @@ func (s samples) put(name string, c cost) {
 	}
 }
 
-// report reports each metric's p50 and p90 (nearest rank), and the maximum
-// of page faults.
+// report reports each metric's p50 and p90 (nearest rank), and "max-" faults.
 func (s samples) report(b *testing.B) {
 	for name, v := range s {
 		slices.Sort(v)
@@ -286,18 +264,17 @@ func (s samples) report(b *testing.B) {
 // iteration (r = 0, 1, ...). A round calls arm(r, i, s) for every i < n,
 // the first i rotated by r; s takes the figures of the measured rounds.
 func rounds(b *testing.B, n int, arm func(r, i int, s samples) error) {
-	round := func(r int, s samples) {
+	s := samples{}
+	for r := -1; r < 0 || b.Loop(); r++ {
 		for k := range n {
 			check(b)
 			if err := arm(r, (k+r+n)%n, s); err != nil {
 				b.Fatal(err)
 			}
 		}
-	}
-	round(-1, samples{})
-	s := samples{}
-	for r := 0; b.Loop(); r++ {
-		round(r, s)
+		if r < 0 {
+			clear(s) // the unmeasured round's
+		}
 	}
 	s.report(b)
 }

@@ -11,17 +11,14 @@ import (
 	"github.com/podwire/podwire/internal/testns"
 )
 
-// burstSize is the pods of one burst: a node's share of a Deployment scaled
-// up at once, each ADD started without waiting for the others, as a
-// kubelet's pod workers start sandboxes.
+// burstSize is a node's share of a Deployment scaled up at once; each ADD
+// starts without waiting for the others, as a kubelet's pod workers do.
 const burstSize = 48
 
-// BenchmarkBurst makes burstSize pods at once on one node per arm (A, B the
-// floor, E) and then deletes them at once: "<arm>-burst-add-ms" is the wall
-// time from the first ADD's start to the last one's end, "-cpu-ms" the CPU
-// time of every plugin process of the burst (each is waited for before the
-// burst ends). Pod netns are made before the clock starts and removed after
-// it stops.
+// BenchmarkBurst makes burstSize pods at once on a node per arm (A, B, E),
+// then deletes them at once: "<arm>-burst-add-ms" is the wall time from the
+// first ADD's start to the last one's end, "-cpu-ms" every plugin process's
+// CPU time. Pod netns are made and removed off the clock.
 func BenchmarkBurst(b *testing.B) {
 	var arms []*arm
 	for i, k := range []string{"A", "B", "E"} {

@@ -19,18 +19,13 @@ import (
 // arm is one chain measured: a primary (ptp, or the bridge plugin on cni0)
 // with host-local, then the arm's chained plugins, on one node.
 type arm struct {
-	key     string
-	n       *node
-	args    cnitest.PodArgs // namespace and annotations of its pods
-	portmap bool            // one port mapping per pod
-	list    *libcni.NetworkConfigList
+	key  string
+	n    *node
+	args cnitest.PodArgs // namespace, annotations and capabilities of its pods
+	list *libcni.NetworkConfigList
 }
 
-// armKeys are BenchmarkChain's arms: A ptp + host-local, B A + passthrough
-// (the floor), C A + tuning (one sysctl), D A + portmap (nftables, one
-// mapping), E A + podwire (ordinary pod), F A + podwire (forwarding pod),
-// G A + podwire (VLAN 100 access port), H bridge + host-local (flannel's
-// delegate), I H + podwire (checked at the bridge).
+// armKeys are BenchmarkChain's arms (newArm; README.md says what each is).
 var armKeys = []string{"A", "B", "C", "D", "E", "F", "G", "H", "I"}
 
 // tuningEntry is arm C's entry, which BenchmarkDirect also runs directly.
@@ -57,8 +52,8 @@ func newArm(b *testing.B, key string, n *node, subnet int, name string) *arm {
 		plugins = append(plugins, map[string]any{"type": "passthrough"})
 	case "C":
 		plugins = append(plugins, tuningEntry)
-	case "D":
-		a.portmap = true
+	case "D": // one port mapping per pod; its pods are deleted one by one, so they may share it
+		a.args.Capabilities = map[string]any{"portMappings": []map[string]any{{"hostPort": 20080, "containerPort": 80, "protocol": "tcp"}}}
 		plugins = append(plugins, map[string]any{"type": "portmap", "backend": "nftables", "capabilities": map[string]bool{"portMappings": true}})
 	case "E", "I":
 		plugins = append(plugins, podwireEntry(n, nil))
@@ -115,13 +110,10 @@ func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap str
 		return add, del, err
 	}
 	defer testns.Release(p.NS)
-	conf := map[string]any{"cniVersion": "1.1.0", "name": a.list.Name, "prevResult": p.Result,
-		"runtimeConfig": map[string]any{"io.kubernetes.cri.pod-annotations": p.RT.CapabilityArgs["io.kubernetes.cri.pod-annotations"]}}
-	for k, v := range entry {
-		if k != "capabilities" {
-			conf[k] = v
-		}
-	}
+	conf := maps.Clone(entry)
+	delete(conf, "capabilities")
+	conf["cniVersion"], conf["name"], conf["prevResult"] = "1.1.0", a.list.Name, p.Result
+	conf["runtimeConfig"] = map[string]any{"io.kubernetes.cri.pod-annotations": p.RT.CapabilityArgs["io.kubernetes.cri.pod-annotations"]}
 	var args []string
 	for _, kv := range p.RT.Args {
 		args = append(args, kv[0]+"="+kv[1])
@@ -134,7 +126,7 @@ func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap str
 		argv := append(strings.Fields(strings.ReplaceAll(wrap, "%v", verb)), bin)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=" + p.RT.ContainerID, "CNI_NETNS=" + p.RT.NetNS,
-			"CNI_IFNAME=" + p.RT.IfName, "CNI_ARGS=" + strings.Join(args, ";"), "CNI_PATH=" + strings.Join(binDirs(), ":"),
+			"CNI_IFNAME=" + p.RT.IfName, "CNI_ARGS=" + strings.Join(args, ";"), "CNI_PATH=" + strings.Join(n.CNI.Path, ":"),
 			"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		return n.run(cmd, stdin)
 	}
@@ -149,8 +141,7 @@ func (n *node) alone(bin string, a *arm, seq int, entry map[string]any, wrap str
 }
 
 // BenchmarkDirect runs podwire, passthrough, tuning (and BENCH_COMPARE, a
-// second podwire binary) directly, on pods made by ptp: the process's wall
-// time, CPU time and minor page faults.
+// second podwire binary) directly on pods made by ptp.
 func BenchmarkDirect(b *testing.B) {
 	n := newNode(b, "direct")
 	a := newArm(b, "A", n, 150, "bench-direct")
@@ -173,9 +164,8 @@ func BenchmarkDirect(b *testing.B) {
 	})
 }
 
-// BenchmarkStartup times the CNI VERSION verb (no config, netns or state:
-// exec, package initialisation and one JSON line) of podwire against
-// passthrough, the minimal static Go plugin, and `podwire version`.
+// BenchmarkStartup times the CNI VERSION verb (exec, package initialisation,
+// one JSON line) of podwire and passthrough, and `podwire version`.
 func BenchmarkStartup(b *testing.B) {
 	cmds := []struct{ name, bin, arg string }{{"podwire", cnitest.PodwireBin(), ""},
 		{"passthrough", filepath.Join(benchBin(), "passthrough"), ""}, {"cli", cnitest.PodwireBin(), "version"}}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -21,12 +22,11 @@ import (
 )
 
 // BenchmarkGrace measures the kernel's part of a DEL with no podwire code:
-// in a netns holding one table and set, one element added in a batch on a
-// fresh netlink socket (google/nftables opens one per Flush, as a
-// short-lived plugin does), then deleted the same way. nf_tables frees
-// deleted elements after an RCU grace period that the socket's release
-// waits for, so del-ms minus add-ms is what every DEL of an nftables plugin
-// pays. CPU is the bench thread's.
+// one element added to a set, then deleted, each in a batch on a fresh
+// netlink socket (google/nftables opens one per Flush, as a short-lived
+// plugin does). nf_tables frees deleted elements after an RCU grace period
+// that the socket's release waits for, so del-ms minus add-ms is what every
+// DEL of an nftables plugin pays. CPU is the bench thread's.
 func BenchmarkGrace(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -37,10 +37,7 @@ func BenchmarkGrace(b *testing.B) {
 	}
 	set := &nftables.Set{Table: conn.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "grace"}),
 		Name: "pods", KeyType: nftables.TypeIPAddr}
-	if err := conn.AddSet(set, nil); err != nil {
-		b.Fatal(err)
-	}
-	if err := conn.Flush(); err != nil {
+	if err := errors.Join(conn.AddSet(set, nil), conn.Flush()); err != nil {
 		b.Fatal(err)
 	}
 	rounds(b, 1, func(r, _ int, s samples) error {
@@ -74,21 +71,17 @@ func withConn(n ns.NetNS, f func(c nft.Conn) error) error {
 	return f(c)
 }
 
-// BenchmarkRequests times what an ordinary pod's ADD and DEL ask of the
-// kernel, made by podwire's packages from the bench (no exec, no package
-// initialisation, no CNI config or result), in a netns holding arm E's
-// tables, as the plugin makes them: each on a socket of its own (nft.Dial)
-// and through the intact fact (nft.Intact); ADD verifies the tables
-// (ruleset.Ensure) only when the fact is not known, adds the pod's elements
-// in one batch and writes its record on tmpfs; DEL deletes the elements and
-// the record. "add" follows a DEL that left the tables known intact,
-// "add-verify" another owner's commit (a table of its own added and
-// deleted), so that its verify by content runs. CPU is the process's.
+// BenchmarkRequests makes an ordinary pod's ADD and DEL as the plugin does,
+// from podwire's packages in the bench (no exec, no CNI config or result),
+// in a netns holding arm E's tables: a socket each, the intact fact
+// (nft.Intact), the verify only when the fact is not known, the pod's
+// elements and its record on tmpfs. "add" follows a DEL that left the
+// tables known intact, "add-verify" another owner's commit, so that its
+// verify runs. CPU is the process's.
 func BenchmarkRequests(b *testing.B) {
 	g := testns.New(b)
 	dir := b.TempDir()
 	entry := podwireEntry(&node{stateDir: dir, dir: dir}, map[string]any{"cniVersion": "1.1.0", "name": "bench-requests"})
-	delete(entry, "capabilities")
 	raw, _ := json.Marshal(entry)
 	conf, err := config.Parse(raw)
 	if err != nil {
@@ -106,8 +99,8 @@ func BenchmarkRequests(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer unix.Close(genSock)
-	// invocation is withConn through the intact fact of the tables want
-	// (nil: the file's, which DEL carries).
+	// invocation is one plugin process's socket and intact fact of the
+	// tables want (nil: the file's, which DEL carries).
 	invocation := func(want []*nft.Table, f func(c nft.Conn, in *nft.Intact) error) (cost, error) {
 		return timed(unix.RUSAGE_SELF, func() error {
 			return withConn(g, func(c nft.Conn) error {
@@ -128,51 +121,48 @@ func BenchmarkRequests(b *testing.B) {
 	if err != nil {
 		b.Fatalf("laying down the tables: %v", err)
 	}
-	rounds(b, 1, func(r, _ int, s samples) error {
-		for k, names := range [][2]string{{"add", "del"}, {"add-verify", "del-after-verify"}} {
-			if k == 1 {
-				err := withConn(g, func(c nft.Conn) error {
-					t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "bench-foreign"}
-					c.AddTable(t)
-					c.DelTable(t)
-					return c.Flush()
-				})
-				if err != nil {
-					return err
-				}
-			}
-			rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d-%d", r+1, k), IfName: "eth0", PodNamespace: "bench",
-				PodName: fmt.Sprintf("pod-%d-%d", r+1, k), HostIfName: fmt.Sprintf("veth%07x%d", r+1, k),
-				Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(9 + k), byte(r + 2)}), netip.MustParseAddr("fd00:244:9::5")},
-				SourceCheck: true, Egress: true, Complete: true}
-			elems := ruleset.Elements(conf, rec)
-			add, err := invocation(tables, func(c nft.Conn, in *nft.Intact) error {
-				if !in.Known() {
-					if rep, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); err != nil || rep.Changed() {
-						return fmt.Errorf("verify: %v, drift %v", err, rep.Drift)
-					}
-					in.Verified()
-				}
-				if err := nft.AddElements(c, tables, elems); err != nil {
-					return err
-				}
-				return store.Put(rec)
+	// Either order of the two is the same: each DEL leaves the tables known
+	// intact.
+	rounds(b, 2, func(r, k int, s samples) error {
+		if k == 1 { // another owner's commit: a table of its own added and deleted
+			err := withConn(g, func(c nft.Conn) error {
+				t := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: "bench-foreign"}
+				c.AddTable(t)
+				c.DelTable(t)
+				return c.Flush()
 			})
 			if err != nil {
-				return fmt.Errorf("requests ADD: %w", err)
-			}
-			del, err := invocation(nil, func(c nft.Conn, _ *nft.Intact) error {
-				if err := nft.DeleteElements(c, elems); err != nil {
-					return err
-				}
-				return store.Delete(rec.ContainerID, rec.IfName)
-			})
-			s.put(names[0], add)
-			s.put(names[1], del)
-			if err != nil {
-				return fmt.Errorf("requests DEL: %w", err)
+				return err
 			}
 		}
-		return nil
+		rec := &state.Record{ContainerID: fmt.Sprintf("requests-%d-%d", r+1, k), IfName: "eth0", PodNamespace: "bench",
+			PodName: fmt.Sprintf("pod-%d-%d", r+1, k), HostIfName: fmt.Sprintf("veth%07x%d", r+1, k),
+			Addresses:   []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(9 + k), byte(r + 2)}), netip.MustParseAddr("fd00:244:9::5")},
+			SourceCheck: true, Egress: true, Complete: true}
+		elems := ruleset.Elements(conf, rec)
+		add, err := invocation(tables, func(c nft.Conn, in *nft.Intact) error {
+			if !in.Known() {
+				if rep, err := ruleset.Ensure(c, tables, store, conf, store.Lock, nil); err != nil || rep.Changed() {
+					return fmt.Errorf("verify: %v, drift %v", err, rep.Drift)
+				}
+				in.Verified()
+			}
+			if err := nft.AddElements(c, tables, elems); err != nil {
+				return err
+			}
+			return store.Put(rec)
+		})
+		if err != nil {
+			return fmt.Errorf("requests ADD: %w", err)
+		}
+		del, err := invocation(nil, func(c nft.Conn, _ *nft.Intact) error {
+			if err := nft.DeleteElements(c, elems); err != nil {
+				return err
+			}
+			return store.Delete(rec.ContainerID, rec.IfName)
+		})
+		s.put([]string{"add", "add-verify"}[k], add)
+		s.put([]string{"del", "del-after-verify"}[k], del)
+		return err
 	})
 }

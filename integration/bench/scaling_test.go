@@ -4,7 +4,6 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,23 +11,18 @@ import (
 	"text/template"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
-
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/pkg/nft"
 	"github.com/podwire/podwire/pkg/nodetables"
-	"github.com/podwire/podwire/pkg/sourcecheck"
 )
 
-// level is a node with existing podwire pods, made through the real chain
-// (ptp + host-local + podwire); BenchmarkScaling and BenchmarkThroughput
-// share it.
+// level is a node with existing pods made through arm E, which
+// BenchmarkScaling and BenchmarkThroughput share.
 type level struct {
 	pods int
 	name string // the pods, or the node's name
 	n    *node
 	a, e *arm // A is named as E: host-local's cost grows with the leases of the network
-	sub  int
 }
 
 var levelCache = map[int]*level{}
@@ -39,7 +33,7 @@ func levelNode(b *testing.B, i, pods int) *level {
 		return l
 	}
 	n := newNode(b, fmt.Sprintf("scale-%d", pods))
-	l := &level{pods: pods, name: fmt.Sprint(pods), n: n, a: newArm(b, "A", n, 70+i, "bench-E"), e: newArm(b, "E", n, 70+i, "bench-E"), sub: 70 + i}
+	l := &level{pods: pods, name: fmt.Sprint(pods), n: n, a: newArm(b, "A", n, 70+i, "bench-E"), e: newArm(b, "E", n, 70+i, "bench-E")}
 	t0 := time.Now()
 	for j := 0; j < pods; j++ {
 		check(b)
@@ -50,13 +44,11 @@ func levelNode(b *testing.B, i, pods int) *level {
 	return l
 }
 
-// BenchmarkScaling measures, on one node per BENCH_LEVELS entry, round-robin
-// over the levels and within a level over: ptp + host-local alone (A), the
-// podwire chain (E), the chain right after every podwire table was deleted
-// ("first": the tables rebuilt, every recorded pod's elements re-added),
-// and podwire run directly, steady ("alone") and first ("alonefirst").
-// Metrics are "<op>@<existing pods>-add-ms" and so on. BENCH_WRAP wraps
-// podwire run directly in the unmeasured round (scripts/profile.sh).
+// BenchmarkScaling measures, on one node per BENCH_LEVELS entry: A, E, E
+// right after every podwire table was deleted ("first": the tables rebuilt,
+// every recorded pod's elements re-added), and podwire run directly, steady
+// ("alone") and first ("alonefirst"), as "<op>@<existing pods>-add-ms" and
+// so on.
 func BenchmarkScaling(b *testing.B) {
 	var lv []*level
 	for i, pods := range envInts(b, "BENCH_LEVELS", "0,100,1000") {
@@ -65,9 +57,9 @@ func BenchmarkScaling(b *testing.B) {
 	compare(b, lv, os.Getenv("BENCH_WRAP"), "A", "E", "first", "alone", "alonefirst")
 }
 
-// compare runs the ops round-robin over the nodes and, within a node, over
-// the ops (see BenchmarkScaling), as "<op>@<node's level or name>-add-ms";
-// podwire run directly runs under wrapTmpl in the unmeasured round.
+// compare runs the ops (see BenchmarkScaling) round-robin over the nodes
+// and, within a node, over the ops; podwire run directly runs under
+// wrapTmpl (BENCH_WRAP, for scripts/profile.sh) in the unmeasured round.
 func compare(b *testing.B, nodes []*level, wrapTmpl string, ops ...string) {
 	seq := 100000
 	rounds(b, len(nodes), func(r, i int, s samples) error {
@@ -111,15 +103,14 @@ func compare(b *testing.B, nodes []*level, wrapTmpl string, ops ...string) {
 var kubeProxyTmpl string
 
 // foreignShape is the size of another owner's ruleset: services with a
-// chain each and Endpoints endpoint chains each, and Idle services without
-// endpoints (set and map elements only).
+// chain and Endpoints endpoint chains each, and Idle services (elements
+// only).
 type foreignShape struct{ Services, Endpoints, Idle int }
 
-// BenchmarkForeign compares a clean node with one whose netns holds a
-// kube-proxy-shaped ruleset (kubeproxy.nft.tmpl, BENCH_FOREIGN, by default
-// 20000 chains, 100000 rules and 50000 set and map elements), loaded with
-// `nft -f`: round-robin over the nodes and over A, E and podwire run
-// directly ("<op>@clean-add-ms", "<op>@foreign-add-ms").
+// BenchmarkForeign compares A, E and podwire run directly on a clean node
+// and on one holding a kube-proxy-shaped ruleset (kubeproxy.nft.tmpl,
+// BENCH_FOREIGN), loaded with `nft -f`: "<op>@clean-add-ms",
+// "<op>@foreign-add-ms".
 func BenchmarkForeign(b *testing.B) {
 	v := envInts(b, "BENCH_FOREIGN", "5000,3,17500")
 	if len(v) != 3 {
@@ -147,11 +138,7 @@ func BenchmarkForeign(b *testing.B) {
 	if err := t.Execute(&rules, f); err != nil {
 		b.Fatal(err)
 	}
-	var load cost
-	err := sides[1].n.NS.Do(func(ns.NetNS) (err error) {
-		load, err = run(exec.Command("nft", "-f", "-"), rules.Bytes())
-		return err
-	})
+	load, err := sides[1].n.run(exec.Command("nft", "-f", "-"), rules.Bytes())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,17 +148,4 @@ func BenchmarkForeign(b *testing.B) {
 	b.ReportMetric(float64(5*chains), "rules")
 	b.ReportMetric(float64(2*(f.Services+f.Idle)+2*f.Services), "elements")
 	b.ReportMetric(load.wall/1000, "load-s")
-}
-
-// fakeBridgedPods adds count pods' elements (a port each, one IPv4 and one
-// IPv6 address) to "bridge podwire", with no port behind them: the set
-// sizes of a node with that many pods on its bridge.
-func (n *node) fakeBridgedPods(count int) error {
-	e := nft.Elements{}
-	for i := 0; i < count; i++ {
-		sourcecheck.AddElements(e, sourcecheck.Pod{HostIfName: fmt.Sprintf("vethfk%08x", i), Bridged: true,
-			Name: fmt.Sprintf("bench/fake-%d", i), Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 251, byte(i >> 8), byte(i)}),
-				netip.MustParseAddr(fmt.Sprintf("fd00:251::%x", i))}})
-	}
-	return withConn(n.NS, func(c nft.Conn) error { return nft.AddElements(c, []*nft.Table{sourcecheck.BridgeTable()}, e) })
 }

@@ -79,21 +79,19 @@ func funcs(d data) template.FuncMap {
 		}
 	}
 	return template.FuncMap{
-		"m":     m,
-		"has":   func(bench string) bool { return d.M[bench] != nil },
-		"key":   fmt.Sprintf,
-		"f":     num("%.1f"),
-		"f0":    num("%.0f"),
-		"f2":    num("%.2f"),
-		"sf":    num("%+.1f"),
-		"pct":   func(a, b float64) string { return num("%+.0f%%")(100 * (a/b - 1)) },
-		"sub":   func(a, b float64) float64 { return a - b },
-		"add3":  func(a, b, c float64) float64 { return a + b + c },
-		"mul":   func(a, b float64) float64 { return a * b },
-		"div":   func(a, b float64) float64 { return a / b },
-		"holds": func(ok bool) string { return map[bool]string{true: "holds", false: "**missed**"}[ok] },
-		// within: b lies within frac of a either way (|b - a| <= frac * a),
-		// the verdict of a "within 10%" row; false when either is missing.
+		"m":      m,
+		"has":    func(bench string) bool { return d.M[bench] != nil },
+		"key":    fmt.Sprintf,
+		"f":      num("%.1f"),
+		"f0":     num("%.0f"),
+		"f2":     num("%.2f"),
+		"sf":     num("%+.1f"),
+		"pct":    func(a, b float64) string { return num("%+.0f%%")(100 * (a/b - 1)) },
+		"sub":    func(a, b float64) float64 { return a - b },
+		"add3":   func(a, b, c float64) float64 { return a + b + c },
+		"mul":    func(a, b float64) float64 { return a * b },
+		"div":    func(a, b float64) float64 { return a / b },
+		"holds":  func(ok bool) string { return map[bool]string{true: "holds", false: "**missed**"}[ok] },
 		"within": within,
 		"isNaN":  math.IsNaN,
 		"list":   func(v ...any) []any { return v },
@@ -116,8 +114,9 @@ func funcs(d data) template.FuncMap {
 	}
 }
 
-// within reports whether b lies within frac of a, either way: |b - a| <=
-// frac * |a|. A missing figure (NaN) is never within.
+// within reports whether b lies within frac of a, either way (|b - a| <=
+// frac * |a|), the verdict of a "within 10%" row: a missing figure (NaN) is
+// never within.
 func within(b, a, frac float64) bool {
 	return math.Abs(b-a) <= frac*math.Abs(a)
 }
