@@ -39,9 +39,8 @@ var (
 	interrupted        context.Context
 )
 
-// TestMain makes the work directories and, after the benchmarks (or a
-// SIGINT/SIGTERM, which ends the round under way), removes every netns and
-// directory they made.
+// TestMain makes the work directories and, after the benchmarks (a SIGINT or
+// SIGTERM ends them at the next round), removes every netns and directory.
 func TestMain(m *testing.M) {
 	var err error
 	if workDir, err = os.MkdirTemp("", "podwire-bench-"); err != nil {

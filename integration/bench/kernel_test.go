@@ -90,10 +90,9 @@ func BenchmarkRequests(b *testing.B) {
 	tables := ruleset.Tables(conf, nodetables.Env{Uplinks4: []string{"eth0"}, Uplinks6: []string{"eth0"},
 		Egress4: netip.MustParseAddr(egressV4), Egress6: netip.MustParseAddr(egressV6)})
 	store := state.New(dir)
-	// The generation socket of nft.Intact is opened in the netns once and
-	// dup(2)ed for each invocation (the plugin opens its own, in its
-	// netns: one socket(2) where this makes one dup(2)); entering the netns
-	// from here would take a thread of its own per invocation.
+	// nft.Intact's generation socket is opened in the netns once and dup(2)ed
+	// per invocation (one dup(2) for the plugin's socket(2)): entering the
+	// netns from here would take a thread of its own per invocation.
 	var genSock int
 	if err := g.Do(func(ns.NetNS) (err error) { genSock, err = nft.GenerationSocket(); return err }); err != nil {
 		b.Fatal(err)
