@@ -180,7 +180,7 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 			return burst{}, err
 		}
 	}
-	running := map[string]time.Time{}
+	running, uids := map[string]time.Time{}, map[string]string{}
 	for len(running) < podStartupPods {
 		if err := ctx.Err(); err != nil {
 			return burst{}, fmt.Errorf("%d of %d pods Running: %w", len(running), podStartupPods, err)
@@ -190,9 +190,9 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 			return burst{}, err
 		}
 		now := time.Now()
-		for name, phase := range phases {
-			if _, seen := running[name]; !seen && phase == "Running" {
-				running[name] = now
+		for name, p := range phases {
+			if _, seen := running[name]; !seen && p.Phase == "Running" {
+				running[name], uids[name] = now, p.UID
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -204,10 +204,6 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 	}
 	slices.Sort(times)
 	b := burst{p50: times[len(times)/2], max: times[len(times)-1], busy: busy, agent: byComm["podwire-agent"], byComm: byComm}
-	uids, err := podUIDs(ctx, ns, "burst="+prefix)
-	if err != nil {
-		return b, err
-	}
 	for i := range podStartupPods {
 		if err := deletePod(ctx, ns, fmt.Sprintf("%s-%d", prefix, i)); err != nil {
 			return b, err
@@ -239,8 +235,9 @@ func startBurst(ctx context.Context, ns, prefix string) (burst, error) {
 	return b, nil
 }
 
-// podUIDs lists the pods of namespace ns matching selector: name → UID.
-func podUIDs(ctx context.Context, ns, selector string) (map[string]string, error) {
+// podPhases lists the pods of namespace ns matching selector: name → its
+// phase and UID.
+func podPhases(ctx context.Context, ns, selector string) (map[string]podState, error) {
 	b, err := c.API(ctx, "GET", "/api/v1/namespaces/"+ns+"/pods?labelSelector="+selector, nil)
 	if err != nil {
 		return nil, err
@@ -248,39 +245,21 @@ func podUIDs(ctx context.Context, ns, selector string) (map[string]string, error
 	var list struct {
 		Items []struct {
 			Metadata struct{ Name, UID string } `json:"metadata"`
+			Status   struct{ Phase string }     `json:"status"`
 		} `json:"items"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string]podState{}
 	for _, p := range list.Items {
-		out[p.Metadata.Name] = p.Metadata.UID
+		out[p.Metadata.Name] = podState{Phase: p.Status.Phase, UID: p.Metadata.UID}
 	}
 	return out, nil
 }
 
-// podPhases lists the pods of namespace ns matching selector: name → phase.
-func podPhases(ctx context.Context, ns, selector string) (map[string]string, error) {
-	b, err := c.API(ctx, "GET", "/api/v1/namespaces/"+ns+"/pods?labelSelector="+selector, nil)
-	if err != nil {
-		return nil, err
-	}
-	var list struct {
-		Items []struct {
-			Metadata struct{ Name string }  `json:"metadata"`
-			Status   struct{ Phase string } `json:"status"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, p := range list.Items {
-		out[p.Metadata.Name] = p.Status.Phase
-	}
-	return out, nil
-}
+// podState is a pod's phase and UID (podPhases).
+type podState struct{ Phase, UID string }
 
 // userHZ is the unit of /proc's CPU times (USER_HZ, 100 on every Linux
 // architecture Go builds for: proc(5)).
