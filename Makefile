@@ -121,8 +121,12 @@ K8S_TEST_ENV = PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.tes
 # The single-node and the multi-node suites run at once (-p 2): each
 # cluster is private to its run, and the first ends while the second sets
 # up; go test then prints each package's output whole, as it ends.
+# K8S_RUN narrows the tests (go test -run) while working on one; K8S_PKGS
+# the suites.
+K8S_RUN ?= .
+K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/
 test-k8s: deps image image-upgrade tools k8s-bins
-	$(K8S_TEST_ENV) $(GO) test -count=1 -p 2 -v -timeout 25m ./integration/k8s/ ./integration/k8s/multinode/
+	$(K8S_TEST_ENV) $(GO) test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(K8S_PKGS)
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
 # beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go),
