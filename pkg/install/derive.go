@@ -22,12 +22,19 @@ func InstallBinary(src, binDir string) (path string, changed bool, err error) {
 // conflist with the podwire entry appended (entry nil: DefaultEntry), as
 // Cilium's chaining mode does: the primary's file is never touched. derived
 // must sort before the primary's file in the conf dir (a runtime uses the
-// first), e.g. 00-podwire.conflist. Unchanged content is not rewritten.
+// first), e.g. 00-podwire.conflist. derived gets the primary's permission
+// bits, which it holds a copy of (a 0600 conflist may name credentials),
+// and follows a change of them. Unchanged content is not rewritten.
 func Derive(primary, derived string, entry []byte) (changed bool, err error) {
 	data, err := os.ReadFile(primary)
 	if err != nil {
 		return false, fmt.Errorf("failed to read conflist %q: %w", primary, err)
 	}
+	fi, err := os.Stat(primary)
+	if err != nil {
+		return false, fmt.Errorf("failed to stat conflist %q: %w", primary, err)
+	}
+	mode := fi.Mode().Perm()
 	if !isConflist(data) {
 		if data, err = ConvertConf(data); err != nil {
 			return false, fmt.Errorf("failed to convert %q to a conflist: %w", primary, err)
@@ -38,9 +45,28 @@ func Derive(primary, derived string, entry []byte) (changed bool, err error) {
 		return false, fmt.Errorf("failed to derive a conflist from %q: %w", primary, err)
 	}
 	if old, err := os.ReadFile(derived); err == nil && bytes.Equal(old, out) {
-		return false, nil
+		return false, keepMode(derived, mode)
 	}
-	return true, atomicfile.WriteFile(derived, out, 0o644)
+	// WriteFile keeps the mode of a file it replaces: set it after.
+	if err := atomicfile.WriteFile(derived, out, mode); err != nil {
+		return false, err
+	}
+	return true, keepMode(derived, mode)
+}
+
+// keepMode sets path's permission bits to mode when they differ.
+func keepMode(path string, mode os.FileMode) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("failed to stat %q: %w", path, err)
+	}
+	if fi.Mode().Perm() == mode {
+		return nil
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		return fmt.Errorf("failed to set the mode of %q to %o: %w", path, mode, err)
+	}
+	return nil
 }
 
 // isConflist reports whether data has a "plugins" list (not a single .conf).
