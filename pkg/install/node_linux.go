@@ -59,18 +59,21 @@ type NodeResult struct {
 // pieces are not errors, so a second run changes nothing.
 func RemoveNode(o NodeOptions) (*NodeResult, error) {
 	res := &NodeResult{}
-	if !o.Force {
-		if err := CheckNoAttachments(o.StateDir); err != nil {
-			return nil, err
-		}
-	}
 	if _, err := os.Stat(o.StateDir); err == nil {
-		// Hold the node lock so that no ADD rebuilds a table under us.
+		// The node lock before the check of the records: an ADD writes
+		// its first record under it, so one that wrote before is seen
+		// here and one that writes after waits until stateDir is gone
+		// (and finds no tables to rebuild under us meanwhile).
 		unlock, err := state.New(o.StateDir).Lock()
 		if err != nil {
 			return nil, err
 		}
 		defer unlock()
+	}
+	if !o.Force {
+		if err := CheckNoAttachments(o.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	if err := removeNodeLocked(o, res); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -155,4 +156,64 @@ func TestRemoveNode(t *testing.T) {
 			t.Errorf("third removal: %+v %v", res, err)
 		}
 	})
+}
+
+// TestRemoveNodeLocksBeforeChecking: RemoveNode reads the records under
+// the node lock. An ADD that holds the lock and writes its pod's record
+// while RemoveNode waits for it is seen: RemoveNode refuses, naming the
+// pod, and removes nothing (its tables and record stay).
+func TestRemoveNodeLocksBeforeChecking(t *testing.T) {
+	nodeNS := testns.New(t)
+	stateDir := filepath.Join(t.TempDir(), "state")
+	store := state.New(stateDir)
+	if err := nodeNS.Do(func(ns.NetNS) error {
+		c, err := nftables.New()
+		if err != nil {
+			return err
+		}
+		c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "podwire"})
+		return c.Flush()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The ADD takes the node lock first.
+	unlock, err := store.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		// A goroutine of its own thread, in the node's netns.
+		done <- nodeNS.Do(func(ns.NetNS) error {
+			_, err := RemoveNode(NodeOptions{StateDir: stateDir})
+			return err
+		})
+	}()
+	// Long enough for RemoveNode to have read the records if it did so
+	// before taking the lock.
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("RemoveNode returned while the node lock was held: %v", err)
+	default:
+	}
+	rec := &state.Record{ContainerID: "c1", IfName: "eth0", PodNamespace: "nf-a", PodName: "router"}
+	if err := store.Put(rec); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "nf-a/router") {
+		t.Fatalf("RemoveNode after an ADD wrote its record under the lock: %v, want a refusal naming nf-a/router", err)
+	}
+	if r, err := store.Get("c1", "eth0"); err != nil || r == nil {
+		t.Errorf("the pod's record after the refusal: %v, %v", r, err)
+	}
+	if err := nodeNS.Do(func(ns.NetNS) error {
+		if got := strings.Join(tableNames(t), ","); got != "podwire" {
+			t.Errorf("tables after the refusal: %q, want podwire kept", got)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
