@@ -50,7 +50,17 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	if err := podmeta.Admit(s.conf, s.pod, in.ann); err != nil {
 		return s.refused("", err)
 	}
-	if old, err := s.store.Get(args.ContainerID, args.IfName); err == nil && old != nil {
+	old, err := s.store.Get(args.ContainerID, args.IfName)
+	if err != nil {
+		// A record this podwire cannot read (a newer podwire's schema, a
+		// corrupt file) may describe what only its writer can undo:
+		// overwriting it would strand that. It stays, for a podwire that
+		// reads it.
+		s.log.Error("ADD refused: the attachment's record cannot be read", "error", err)
+		return types.NewError(types.ErrInternal, fmt.Sprintf(
+			"attachment %s/%s has a record this podwire cannot read: refusing to overwrite it", args.ContainerID, args.IfName), err.Error())
+	}
+	if old != nil {
 		// A repeated ADD for the same attachment: undo the first one, so
 		// nothing it made is left unrecorded (and its names are free for
 		// the plan).
@@ -61,7 +71,8 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	}
 	// A pod that claims static VLAN addresses or routes holds the node
 	// lock from the read of the other pods' claims to the first write of
-	// its record (tenancy.go).
+	// its record (tenancy.go); every pod holds it for that write
+	// (putFirst).
 	unlockClaims := func() {}
 	if claims(in) {
 		if unlockClaims, err = s.lock.Lock(); err != nil {
@@ -79,7 +90,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	}
 	x := s.attach(plan.rec)
 	x.res, x.env = s.conf.Result, in.env
-	err = s.store.Put(x.rec)
+	err = x.putFirst()
 	unlockClaims()
 	if err != nil {
 		return err
@@ -190,6 +201,32 @@ func (x *invocation) teardown() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// putFirst writes the attachment's first record under the node lock and
+// there takes its host interface out of the unknown interfaces whose
+// sources repair checks (forgetUnknown). The unknown-interface scan
+// (`podwire repair --drop-unknown`) lists the records under the same lock,
+// so either it sees this record and leaves the interface alone, or it
+// checked the interface before, and forgetUnknown undoes that: a slow ADD
+// never leaves a forwarding pod's interface checked. On an error nothing
+// is left (the record is deleted again).
+func (x *invocation) putFirst() error {
+	unlock, err := x.lock.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := x.store.Put(x.rec); err != nil {
+		return err
+	}
+	if err := x.forgetUnknown(); err != nil {
+		if derr := x.store.Delete(x.rec.ContainerID, x.rec.IfName); derr != nil {
+			x.log.Error("failed to delete the record again", "error", derr)
+		}
+		return fmt.Errorf("failed to take %s out of the unknown interfaces: %w", x.rec.HostIfName, err)
+	}
+	return nil
 }
 
 // markUnchecked indexes the attachment as one whose sources podwire cannot

@@ -38,7 +38,10 @@ const unknownFile = "unknown-interfaces.checked"
 // from none (the node does not know its addresses), so that a pod wired
 // while podwire was out of the runtime's chain cannot forge. Elements of
 // interfaces dropped before that are gone now are deleted. It runs under
-// the node lock, so an ADD's record and these elements never race.
+// the node lock, which an ADD holds to write its first record (putFirst):
+// an interface whose record is written is never dropped here, and an ADD
+// whose interface was dropped before its record takes it out again
+// (forgetUnknown).
 func unknownInterfaces(c nft.Conn, conf *config.NetConf, env nodetables.Env, conflist string,
 	store *state.Store, want []*nft.Table, drop map[string]bool) ([]cliapi.UnknownInterface, error) {
 	unlock, err := store.Lock()
@@ -226,4 +229,55 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// forgetUnknown deletes the elements unknownInterfaces added for the
+// attachment's host interface while it had no record, and its entry in
+// unknownFile. ADD calls it under the node lock right after writing the
+// record (putFirst); from then on the record's own elements (none for a
+// forwarding pod) say what is checked. When unknownFile does not list the
+// interface (nearly always) it reads that one file and touches nothing else.
+func (x *invocation) forgetUnknown() error {
+	if x.rec.HostIfName == "" {
+		return nil
+	}
+	path := filepath.Join(x.conf.StateDir, unknownFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var listed, keep []cliapi.UnknownInterface
+	if err := json.Unmarshal(b, &listed); err != nil {
+		return fmt.Errorf("corrupt %q: %w", path, err)
+	}
+	gone := nft.Elements{}
+	for _, u := range listed {
+		if u.Name == x.rec.HostIfName {
+			addUnknownElements(gone, u)
+		} else {
+			keep = append(keep, u)
+		}
+	}
+	if len(keep) == len(listed) {
+		return nil
+	}
+	c, err := x.conn()
+	if err != nil {
+		return err
+	}
+	// Idempotent: an element already gone is not an error.
+	if err := nft.DeleteElements(x.carryIntact(c), gone); err != nil {
+		return err
+	}
+	x.log.Info("interface taken out of the unknown interfaces: it has a record now", "hostIf", x.rec.HostIfName)
+	if keep == nil {
+		keep = []cliapi.UnknownInterface{}
+	}
+	if b, err = json.Marshal(keep); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, b, 0o600)
 }
