@@ -162,3 +162,14 @@ type UnknownInterface struct {
 	// `podwire repair --drop-unknown` (agent option unknownInterfaces=drop).
 	Dropped bool `json:"dropped,omitempty"`
 }
+
+// CollectResult is what `podwire collect` prints: the attachment Key
+// ("containerID/ifname") of the pod Pod ("namespace/name") with UID, and
+// whether its record was there to collect (false: gone already, a DEL
+// ran). A collected attachment went through DEL's own path.
+type CollectResult struct {
+	Key       string `json:"key"`
+	Pod       string `json:"pod,omitempty"`
+	UID       string `json:"uid,omitempty"`
+	Collected bool   `json:"collected"`
+}

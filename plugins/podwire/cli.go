@@ -19,6 +19,7 @@ type cliCommand struct {
 
 // cliCommands are the subcommands, in the order usage lists them.
 var cliCommands = []cliCommand{
+	{"collect", "remove a stale attachment (pod gone, DEL never run) by DEL's path (the node agent runs it)", cliCollect},
 	{"install", "copy the binary into the CNI bin dir and chain podwire in a conflist", cliInstall},
 	{"repair", "verify podwire's node tables and rebuild what drifted (the node agent runs it)", cliRepair},
 	{"status", "show node tables, bridge and uplink, wired pods and warnings", cliStatus},
