@@ -13,6 +13,8 @@
 //     and routes the other nodes' (routes.go);
 //   - repairs drift of podwire's nftables tables every few seconds and
 //     records each repair in its log and as an Event on the Node;
+//   - removes stale attachments, whose pod is gone while the runtime never
+//     ran their DEL, by the plugin's DEL (collect.go);
 //   - reports its health on a localhost HTTP port (/healthz, /readyz), and
 //     serves Prometheus metrics on another (/metrics, metrics.go).
 //
@@ -125,6 +127,9 @@ type Agent struct {
 	// vlanLinks are the links of the VLAN wiring the last repair named
 	// (vlan.go), under mu.
 	vlanLinks map[string]bool
+	// collector removes stale attachments (collect.go; the drift loop's
+	// goroutine only).
+	collector *staleCollector
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -285,6 +290,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncCluster()
 			a.syncRoutes(ctx)
 			a.repair(ctx)
+			a.collectStale(ctx)
 			a.readNode()
 			a.markReady()
 			a.syncTaint(ctx)
