@@ -66,3 +66,8 @@ func readCluster(stateDir string) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// ReadCluster returns the cluster's ranges the node agent wrote in
+// stateDir, or nil when it has written none (no agent, or not synced yet);
+// an error when the file cannot be read or decoded.
+func ReadCluster(stateDir string) (*Cluster, error) { return readCluster(stateDir) }

@@ -33,6 +33,9 @@ func planForwarding(in *planInput, rec *state.Record) error {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"annotation %s refused: the pod's host interface is unknown", podmeta.AnnotationRoutes), "")
 	}
+	if err := routeBounds(in); err != nil {
+		return err
+	}
 	routes, err := forwarding.PlanRoutes(in.ann.Routes, rec.Addresses, routeDev(rec))
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(

@@ -38,6 +38,10 @@ type nodeEnv struct {
 	// attachments, from their records, read for a pod that claims any.
 	held    []podmeta.Claim
 	heldErr error
+	// cluster is the cluster's pod CIDRs and node IPs (stateDir's cluster
+	// file, nil without one), for a pod asking for routes (routeBounds).
+	cluster    *nodetables.Cluster
+	clusterErr error
 }
 
 // planInput is everything planning reads. Planning does no I/O: the node is
@@ -118,6 +122,9 @@ func (p *plugin) readEnv(in *planInput) nodeEnv {
 	}
 	if claims(in) {
 		env.held, env.heldErr = readHeld(in.conf.StateDir)
+	}
+	if len(in.ann.Routes) > 0 {
+		env.cluster, env.clusterErr = nodetables.ReadCluster(in.conf.StateDir)
 	}
 	return env
 }
