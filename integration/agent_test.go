@@ -40,6 +40,8 @@ type testAgent struct {
 	// nodeNS holds the agent's /metrics, on metricsAddr.
 	nodeNS ns.NetNS
 	agent  *agent.Agent
+	// md is the fake API the agent reads pods and nodes from.
+	md *metadatafake.FakeMetadataClient
 }
 
 // metricsAddr is where the test agents serve /metrics: inside each test's
@@ -79,7 +81,7 @@ func (n *node) startAgentWith(edit func(*agent.Config), primary []byte, entry ma
 		ro = append(ro, o)
 	}
 	md := metadatafake.NewSimpleMetadataClient(scheme, ro...)
-	ta := &testAgent{confDir: filepath.Join(n.Dir, "net.d"), binDir: filepath.Join(n.Dir, "bin"), events: kfake.NewSimpleClientset(), nodeNS: n.NS}
+	ta := &testAgent{confDir: filepath.Join(n.Dir, "net.d"), binDir: filepath.Join(n.Dir, "bin"), events: kfake.NewSimpleClientset(), nodeNS: n.NS, md: md}
 	if err := os.MkdirAll(ta.confDir, 0o755); err != nil {
 		n.t.Fatal(err)
 	}

@@ -79,6 +79,10 @@ type Config struct {
 	// UnknownInterfaces is what the agent does about pod interfaces without
 	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
 	UnknownInterfaces string
+	// CollectGrace is how long a record's pod must have been absent from
+	// the node, and how old the record must be, before the record is
+	// collected (collect.go; default 60 s).
+	CollectGrace time.Duration
 	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
 	// the node when the agent's stop is an uninstall (uninstall.go); nil:
 	// stopping changes nothing on the node.
@@ -140,6 +144,9 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 3 * time.Second
+	}
+	if cfg.CollectGrace == 0 {
+		cfg.CollectGrace = collectGrace
 	}
 	if cfg.ID == "" {
 		// Outside a pod: unique to this process.

@@ -16,8 +16,9 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// collectGrace is how long a record's pod must have been absent from the
-// node's pod informer, and how old the record must be, before the agent
+// collectGrace is the default of Config.CollectGrace: how long a record's
+// pod must have been absent from the node's pod informer, and how old the
+// record must be, before the agent
 // asks the API whether the pod is gone: the runtime's own DEL of a deleted
 // pod runs within seconds of its sandbox's stop, and an ADD under way may
 // write its record before the informer has delivered its pod.
@@ -151,7 +152,7 @@ func (a *Agent) collectStale(ctx context.Context) {
 	}
 	if a.collector == nil {
 		plugin := filepath.Join(a.cfg.Chain.BinDir, "podwire")
-		a.collector = &staleCollector{pods: a.pods, store: state.New(a.cfg.StateDir), grace: collectGrace}
+		a.collector = &staleCollector{pods: a.pods, store: state.New(a.cfg.StateDir), grace: a.cfg.CollectGrace}
 		a.collector.run = func(ctx context.Context, rec *state.Record) (*cliapi.CollectResult, error) {
 			a.mu.Lock()
 			conflist := a.status.Conflist
