@@ -167,6 +167,22 @@ func (s *Sink) WaitGot(src netip.Addr, payload string, timeout time.Duration) bo
 	return s.Got(src, payload)
 }
 
+// From lists the sources of the datagrams with payload that arrived
+// (whatever a NAT on the way made of them), in no particular order.
+func (s *Sink) From(payload string) []netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []netip.Addr
+	for k := range s.seen {
+		if src, p, _ := strings.Cut(k, " "); p == payload {
+			if a, err := netip.ParseAddr(src); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 // SendFrom sends count datagrams with payload from src (any address: the
 // socket is transparent and freebind, as a router forwarding someone else's
 // packet would send it) to dst, inside nsPath. EPERM from sendto (a
