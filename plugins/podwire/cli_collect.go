@@ -41,6 +41,7 @@ func cliCollect(args []string, stdout, stderr io.Writer) int {
 	}
 	cid, ifName, ok := strings.Cut(*key, "/")
 	if !ok || cid == "" || ifName == "" || *uid == "" {
+		fmt.Fprintf(stderr, "podwire collect: --key CONTAINERID/IFNAME and --uid are required (got --key %q --uid %q)\n", *key, *uid)
 		fs.Usage()
 		return 2
 	}
