@@ -96,16 +96,21 @@ func TestStaleAttachmentCollected(t *testing.T) {
 		t.Fatalf("stale attachment not collected: %v\nlog:\n%s", err, n.Log())
 	}
 	t.Logf("collected %v after the API answered", time.Since(start).Round(100*time.Millisecond))
-	evs, err := ta.events.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, e := range evs.Items {
-		found = found || (e.Reason == agent.ReasonAttachmentCollected && strings.Contains(e.Message, "nf-a/stale") && e.InvolvedObject.Kind == "Node")
-	}
-	if !found {
-		t.Errorf("no %s Event on the Node naming nf-a/stale", agent.ReasonAttachmentCollected)
+	// The Event follows the removal (the agent records it once the
+	// plugin's DEL has returned).
+	if err := eventually(5*time.Second, func() error {
+		evs, err := ta.events.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == agent.ReasonAttachmentCollected && strings.Contains(e.Message, "nf-a/stale") && e.InvolvedObject.Kind == "Node" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on the Node naming nf-a/stale", agent.ReasonAttachmentCollected)
+	}); err != nil {
+		t.Error(err)
 	}
 	if routeVia(keptNet) != kept.v4.String() {
 		t.Errorf("the running pod's route changed: %s via %q", keptNet, routeVia(keptNet))
