@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/podwire/podwire/pkg/podmeta"
 )
@@ -34,7 +35,11 @@ func routeBounds(in *planInput) error {
 		p    netip.Prefix
 	}
 	var bounds []bound
-	for _, ip := range in.prevResult.IPs {
+	var prev []*current.IPConfig
+	if in.prevResult != nil {
+		prev = in.prevResult.IPs
+	}
+	for _, ip := range prev {
 		if ip == nil {
 			continue
 		}
