@@ -114,7 +114,7 @@ type Agent struct {
 	claimed    time.Time
 	ownerReady bool
 	// taint is what the agent last made of the startup taint.
-	taint taintState
+	taint taintMemo
 	// routes is syncRoutes' memory (the drift loop's goroutine only).
 	routes routeSync
 	// unknown and reported are noteUnknown's memory (the drift loop's
@@ -374,14 +374,20 @@ func (a *Agent) syncEgress() {
 	a.mu.Unlock()
 }
 
-// syncCluster writes the cluster's pod CIDRs and node IPs when they
-// changed; the repair that follows brings the egress table's exceptions
-// up to date.
+// syncCluster writes the cluster's pod CIDRs, node IPs and forwarded
+// prefixes (the other Nodes' that pass the bounds, and this node's
+// records') when they changed; the repair that follows brings the egress
+// table's exceptions up to date.
 func (a *Agent) syncCluster() {
 	if a.cfg.Cluster == nil {
 		return
 	}
-	r, changed, err := a.cfg.Cluster.Write()
+	_, local, err := a.recordRoutes()
+	if err != nil {
+		a.setErr("cluster CIDRs", err)
+		return
+	}
+	r, changed, err := a.cfg.Cluster.Write(a.cfg.Node, local, a.routableBounds)
 	a.setErr("cluster CIDRs", err)
 	if err == nil && a.cfg.Cluster.Synced() {
 		a.mu.Lock()
@@ -389,7 +395,7 @@ func (a *Agent) syncCluster() {
 		a.mu.Unlock()
 	}
 	if changed {
-		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs)
+		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
 	}
 }
 
