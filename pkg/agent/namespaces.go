@@ -23,7 +23,8 @@ var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "n
 // the gates that select namespaces by label: forwarding.namespaceSelector,
 // vlanGrants[].namespaceSelector) from a metadata-only informer of the
 // cluster's namespaces, with a metadata GET on a miss (a namespace created
-// since the last event). RBAC: get, list and watch namespaces.
+// since the last event). The cache keeps a namespace's name, UID and
+// labels only (slimNamespace). RBAC: get, list and watch namespaces.
 type Namespaces struct {
 	client   metadata.Interface
 	informer cache.SharedIndexInformer
@@ -33,7 +34,21 @@ type Namespaces struct {
 func NewNamespaces(client metadata.Interface, resync time.Duration) *Namespaces {
 	inf := metadatainformer.NewFilteredMetadataInformer(client, namespacesResource, metav1.NamespaceAll, resync,
 		cache.Indexers{}, nil)
-	return &Namespaces{client: client, informer: inf.Informer()}
+	i := inf.Informer()
+	_ = i.SetTransform(slimNamespace)
+	return &Namespaces{client: client, informer: i}
+}
+
+// slimNamespace is the namespace informer's transform: its name, UID and
+// labels (what the gates select by), without annotations or managedFields.
+func slimNamespace(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil // a tombstone
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
+	}}, nil
 }
 
 // Run runs the informer until ctx ends.
