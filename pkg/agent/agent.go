@@ -117,6 +117,8 @@ type Agent struct {
 	taint taintMemo
 	// routes is syncRoutes' memory (the drift loop's goroutine only).
 	routes routeSync
+	// revoked is noteRevoked's memory (the drift loop's goroutine only).
+	revoked revokedSync
 	// unknown and reported are noteUnknown's memory (the drift loop's
 	// goroutine only): when each interface was first seen, and those
 	// already reported.
@@ -285,6 +287,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncCluster()
 			a.syncRoutes(ctx)
 			a.repair(ctx)
+			a.noteRevoked(ctx)
 			a.readNode()
 			a.markReady()
 			a.syncTaint(ctx)

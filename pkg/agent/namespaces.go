@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -28,6 +29,9 @@ var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "n
 type Namespaces struct {
 	client   metadata.Interface
 	informer cache.SharedIndexInformer
+	// gen counts the cache's changes of labels, bumped by the informer's
+	// handlers (noteRevoked looks again only then).
+	gen atomic.Uint64
 }
 
 // NewNamespaces builds the informer; Run starts it.
@@ -36,7 +40,33 @@ func NewNamespaces(client metadata.Interface, resync time.Duration) *Namespaces 
 		cache.Indexers{}, nil)
 	i := inf.Informer()
 	_ = i.SetTransform(slimNamespace)
-	return &Namespaces{client: client, informer: i}
+	n := &Namespaces{client: client, informer: i}
+	_, _ = i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { n.gen.Add(1) },
+		UpdateFunc: func(o, m any) {
+			a, ok1 := o.(*metav1.PartialObjectMetadata)
+			b, ok2 := m.(*metav1.PartialObjectMetadata)
+			if !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) {
+				n.gen.Add(1)
+			}
+		},
+		DeleteFunc: func(any) { n.gen.Add(1) },
+	})
+	return n
+}
+
+// cachedLabels is namespace name's labels as the cache holds them (false
+// when it holds no such namespace).
+func (n *Namespaces) cachedLabels(name string) (map[string]string, bool) {
+	obj, ok, _ := n.informer.GetStore().GetByKey(name)
+	if !ok {
+		return nil, false
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil, false
+	}
+	return m.Labels, true
 }
 
 // slimNamespace is the namespace informer's transform: its name, UID and

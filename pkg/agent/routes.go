@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podwire/podwire/pkg/forwarding"
-	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -201,15 +200,7 @@ type boundsMemo struct {
 // readRoutableBounds is forwarding.routablePrefixes of podwire's entry in
 // conflist.
 func readRoutableBounds(conflist string) ([]netip.Prefix, error) {
-	data, err := os.ReadFile(conflist)
-	if err != nil {
-		return nil, err
-	}
-	e, ok, err := install.Entry(data)
-	if err != nil || !ok {
-		return nil, fmt.Errorf("no podwire entry in %s: %v", conflist, err)
-	}
-	conf, err := install.ParseEntry(e)
+	conf, err := readEntryConf(conflist)
 	if err != nil {
 		return nil, err
 	}
