@@ -265,7 +265,7 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 		return
 	}
 	accepted, refused := a.cfg.Cluster.Accepted(a.cfg.Node, a.routableBounds)
-	a.setErr("published routes refused", refusedError(refused))
+	a.setErr("published routes", refusedError(refused))
 	rs := &a.routes
 	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && time.Since(rs.syncedAt) < resyncEvery {
 		return
