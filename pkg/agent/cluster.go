@@ -169,10 +169,19 @@ func nodePodCIDRs(n *corev1.Node) []netip.Prefix {
 	return out
 }
 
-// nodeIPs is n's addresses as host prefixes.
+// MaxNodeAddresses is the most InternalIP addresses of one Node that
+// become egress exceptions: the first ones, in the order of
+// status.addresses. The kubelet writes them, so one Node must not be able
+// to grow every node's egress table without bound.
+const MaxNodeAddresses = 8
+
+// nodeIPs is n's addresses as host prefixes, at most MaxNodeAddresses.
 func nodeIPs(n *corev1.Node) []netip.Prefix {
 	var out []netip.Prefix
 	for _, a := range n.Status.Addresses {
+		if len(out) == MaxNodeAddresses {
+			break
+		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil {
 			ip = ip.Unmap()
 			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
@@ -276,6 +285,9 @@ func acceptPrefixes(nodes []*corev1.Node, self string, bounds []netip.Prefix, bo
 		podCIDRs = append(podCIDRs, nodePodCIDRs(n)...)
 	}
 	for _, n := range nodes {
+		if k := len(n.Status.Addresses); k > MaxNodeAddresses {
+			refused = append(refused, fmt.Sprintf("node %s: %d InternalIP addresses, over the cap of %d: the first %d used", n.Name, k, MaxNodeAddresses, MaxNodeAddresses))
+		}
 		v := n.Annotations[NodeRoutesAnnotation]
 		if n.Name == self || v == "" {
 			continue

@@ -211,3 +211,25 @@ func TestAcceptedOnChange(t *testing.T) {
 		t.Errorf("after the bounds narrowed: accepted %v, want 198.51.100.0/25 only", acc)
 	}
 }
+
+// TestNodeAddressesCapped: a Node listing more InternalIPs than
+// MaxNodeAddresses adds only the first ones to every node's egress
+// exceptions, and is named; before the cap, every address a kubelet
+// wrote on its Node became an exception of every node.
+func TestNodeAddressesCapped(t *testing.T) {
+	n := testNode("b", "10.244.1.0/24", "10.99.0.12", "")
+	for i := range 100 {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP,
+			Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}).String()})
+	}
+	c := storeNodes(t, testNode("a", "10.244.0.0/24", "10.99.0.11", ""), n)
+	bounds := func() ([]netip.Prefix, error) { return nil, nil }
+	r := c.Ranges("a", nil, bounds)
+	if len(r.NodeIPs) != 1+MaxNodeAddresses || !slices.Contains(r.NodeIPs, netip.MustParsePrefix("10.99.0.12/32")) {
+		t.Errorf("node IPs %v: want a's and the first %d of b's", r.NodeIPs, MaxNodeAddresses)
+	}
+	_, refused := c.Accepted("a", bounds)
+	if len(refused) != 1 || !strings.Contains(refused[0], "node b: 101 InternalIP addresses, over the cap") {
+		t.Errorf("refused %q, want node b named", refused)
+	}
+}

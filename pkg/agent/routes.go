@@ -265,7 +265,7 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 		return
 	}
 	accepted, refused := a.cfg.Cluster.Accepted(a.cfg.Node, a.routableBounds)
-	a.setErr("published routes", refusedError(refused))
+	a.setErr("node data", refusedError(refused))
 	rs := &a.routes
 	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && time.Since(rs.syncedAt) < resyncEvery {
 		return
@@ -281,7 +281,7 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 	}
 }
 
-// refusedError is the Nodes' data that Accepted refused, as one error
+// refusedError is the Nodes' data that Accepted refused or capped, as one error
 // (nil when none), the first few lines in full: the agent's status names
 // what was refused, the log the rest when it changes.
 func refusedError(refused []string) error {
