@@ -40,7 +40,7 @@ func TestNodeDataBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	egressOnEveryNode(t)
-	const port = 7500
+	const port = 7510
 	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, port))
 	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP6, port))
 
