@@ -120,9 +120,11 @@ type Agent struct {
 	claimed    time.Time
 	ownerReady bool
 	// taint is what the agent last made of the startup taint.
-	taint taintState
+	taint taintMemo
 	// routes is syncRoutes' memory (the drift loop's goroutine only).
 	routes routeSync
+	// revoked is noteRevoked's memory (the drift loop's goroutine only).
+	revoked revokedSync
 	// unknown and reported are noteUnknown's memory (the drift loop's
 	// goroutine only): when each interface was first seen, and those
 	// already reported.
@@ -298,6 +300,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncRoutes(ctx)
 			a.repair(ctx)
 			a.collectStale(ctx)
+			a.noteRevoked(ctx)
 			a.readNode()
 			a.markReady()
 			a.syncTaint(ctx)
@@ -387,14 +390,20 @@ func (a *Agent) syncEgress() {
 	a.mu.Unlock()
 }
 
-// syncCluster writes the cluster's pod CIDRs and node IPs when they
-// changed; the repair that follows brings the egress table's exceptions
-// up to date.
+// syncCluster writes the cluster's pod CIDRs, node IPs and forwarded
+// prefixes (the other Nodes' that pass the bounds, and this node's
+// records') when they changed; the repair that follows brings the egress
+// table's exceptions up to date.
 func (a *Agent) syncCluster() {
 	if a.cfg.Cluster == nil {
 		return
 	}
-	r, changed, err := a.cfg.Cluster.Write()
+	_, local, err := a.recordRoutes()
+	if err != nil {
+		a.setErr("cluster CIDRs", err)
+		return
+	}
+	r, changed, err := a.cfg.Cluster.Write(a.cfg.Node, local, a.routableBounds)
 	a.setErr("cluster CIDRs", err)
 	if err == nil && a.cfg.Cluster.Synced() {
 		a.mu.Lock()
@@ -402,7 +411,7 @@ func (a *Agent) syncCluster() {
 		a.mu.Unlock()
 	}
 	if changed {
-		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs)
+		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
 	}
 }
 

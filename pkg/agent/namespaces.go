@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -23,17 +24,61 @@ var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "n
 // the gates that select namespaces by label: forwarding.namespaceSelector,
 // vlanGrants[].namespaceSelector) from a metadata-only informer of the
 // cluster's namespaces, with a metadata GET on a miss (a namespace created
-// since the last event). RBAC: get, list and watch namespaces.
+// since the last event). The cache keeps a namespace's name, UID and
+// labels only (slimNamespace). RBAC: get, list and watch namespaces.
 type Namespaces struct {
 	client   metadata.Interface
 	informer cache.SharedIndexInformer
+	// gen counts the cache's changes of labels, bumped by the informer's
+	// handlers (noteRevoked looks again only then).
+	gen atomic.Uint64
 }
 
 // NewNamespaces builds the informer; Run starts it.
 func NewNamespaces(client metadata.Interface, resync time.Duration) *Namespaces {
 	inf := metadatainformer.NewFilteredMetadataInformer(client, namespacesResource, metav1.NamespaceAll, resync,
 		cache.Indexers{}, nil)
-	return &Namespaces{client: client, informer: inf.Informer()}
+	i := inf.Informer()
+	_ = i.SetTransform(slimNamespace)
+	n := &Namespaces{client: client, informer: i}
+	_, _ = i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { n.gen.Add(1) },
+		UpdateFunc: func(o, m any) {
+			a, ok1 := o.(*metav1.PartialObjectMetadata)
+			b, ok2 := m.(*metav1.PartialObjectMetadata)
+			if !ok1 || !ok2 || !maps.Equal(a.Labels, b.Labels) {
+				n.gen.Add(1)
+			}
+		},
+		DeleteFunc: func(any) { n.gen.Add(1) },
+	})
+	return n
+}
+
+// cachedLabels is namespace name's labels as the cache holds them (false
+// when it holds no such namespace).
+func (n *Namespaces) cachedLabels(name string) (map[string]string, bool) {
+	obj, ok, _ := n.informer.GetStore().GetByKey(name)
+	if !ok {
+		return nil, false
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil, false
+	}
+	return m.Labels, true
+}
+
+// slimNamespace is the namespace informer's transform: its name, UID and
+// labels (what the gates select by), without annotations or managedFields.
+func slimNamespace(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil // a tombstone
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
+	}}, nil
 }
 
 // Run runs the informer until ctx ends.

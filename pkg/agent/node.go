@@ -25,7 +25,11 @@ type Node struct {
 func NewNode(client metadata.Interface, name, stateDir string, resync time.Duration) *Node {
 	inf := metadatainformer.NewFilteredMetadataInformer(client, nodesResource, metav1.NamespaceAll, resync,
 		cache.Indexers{}, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name })
-	return &Node{name: name, stateDir: stateDir, informer: inf.Informer()}
+	i := inf.Informer()
+	// The Node's name, UID, resourceVersion (taint.go) and podwire.io/*
+	// annotations, as for pods: the rest is written by others.
+	_ = i.SetTransform(podwireMeta)
+	return &Node{name: name, stateDir: stateDir, informer: i}
 }
 
 // Run runs the informer until ctx ends.

@@ -31,7 +31,9 @@ var (
 // miss (a pod the watch has not delivered yet), selected by name and by
 // spec.nodeName so that the API server answers only for this node's pods.
 // It answers only the podwire.io/* annotations: the plugin needs no
-// other, and a pod's other annotations may hold secrets of its owner.
+// other, and a pod's other annotations may hold secrets of its owner. The
+// cache keeps no more than that (podwireMeta): a pod may carry 256 KiB of
+// annotations and managedFields, written by its tenant.
 type Pods struct {
 	client   metadata.Interface
 	node     string
@@ -43,7 +45,25 @@ func NewPods(client metadata.Interface, node string, resync time.Duration) *Pods
 	inf := metadatainformer.NewFilteredMetadataInformer(client, podsResource, metav1.NamespaceAll, resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + node })
-	return &Pods{client: client, node: node, informer: inf.Informer()}
+	i := inf.Informer()
+	_ = i.SetTransform(podwireMeta)
+	return &Pods{client: client, node: node, informer: i}
+}
+
+// podwireMeta is the transform of the pod and Node informers: what the
+// agent reads of an object (its namespace, name, UID, resourceVersion,
+// deletionTimestamp and podwire.io/* annotations) and nothing else, so
+// that the cache's size per object does not follow what others write on
+// it (a pod's tenant, a Node's kubelet).
+func podwireMeta(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil // a tombstone
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp, Annotations: podwireAnnotations(m.Annotations),
+	}}, nil
 }
 
 // Run runs the informer until ctx ends.

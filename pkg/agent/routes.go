@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podwire/podwire/pkg/forwarding"
-	"github.com/podwire/podwire/pkg/install"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -97,9 +96,13 @@ type routeSync struct {
 	dirTime, readAt time.Time
 	annotation      string
 	local           []netip.Prefix
-	// applied is the remote routes last synced, at syncedAt.
-	applied  []forwarding.RemoteRoute
-	syncedAt time.Time
+	// accepted and appliedLocal are what the remote routes were last
+	// synced from, at syncedAt.
+	accepted     []NodePrefix
+	appliedLocal []netip.Prefix
+	syncedAt     time.Time
+	// bounds is routableBounds' memory.
+	bounds boundsMemo
 }
 
 // resyncEvery bounds how long a remote route removed or changed by hand
@@ -159,6 +162,7 @@ func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
 // conflist it is in: the receiving side's bound on what another Node may
 // publish, the one its own plugin admits (a Node's annotation is written
 // by that node's agent, but also by whoever else may patch Nodes).
+// It is read again only when the conflist's path, size or mtime changed.
 func (a *Agent) routableBounds() ([]netip.Prefix, error) {
 	a.mu.Lock()
 	conflist := a.status.Conflist
@@ -166,15 +170,37 @@ func (a *Agent) routableBounds() ([]netip.Prefix, error) {
 	if conflist == "" {
 		return nil, errors.New("podwire is not in the chain yet")
 	}
-	data, err := os.ReadFile(conflist)
+	fi, err := os.Stat(conflist)
 	if err != nil {
 		return nil, err
 	}
-	e, ok, err := install.Entry(data)
-	if err != nil || !ok {
-		return nil, fmt.Errorf("no podwire entry in %s: %v", conflist, err)
+	m := &a.routes.bounds
+	// As recordRoutes: a read in the mtime's own coarse tick counts for
+	// nothing.
+	if m.path == conflist && m.size == fi.Size() && m.mtime.Equal(fi.ModTime()) && m.readAt.Sub(m.mtime) > time.Second {
+		return m.prefixes, nil
 	}
-	conf, err := install.ParseEntry(e)
+	now := time.Now()
+	ps, err := readRoutableBounds(conflist)
+	if err == nil {
+		*m = boundsMemo{path: conflist, size: fi.Size(), mtime: fi.ModTime(), readAt: now, prefixes: ps}
+	}
+	return ps, err
+}
+
+// boundsMemo is routableBounds' last good read.
+type boundsMemo struct {
+	path     string
+	size     int64
+	mtime    time.Time
+	readAt   time.Time
+	prefixes []netip.Prefix
+}
+
+// readRoutableBounds is forwarding.routablePrefixes of podwire's entry in
+// conflist.
+func readRoutableBounds(conflist string) ([]netip.Prefix, error) {
+	conf, err := readEntryConf(conflist)
 	if err != nil {
 		return nil, err
 	}
@@ -182,69 +208,38 @@ func (a *Agent) routableBounds() ([]netip.Prefix, error) {
 }
 
 // remoteRoutes is what this node routes toward other nodes' forwarding
-// pods: each prefix another Node publishes, via this node's next hop to
-// that Node's pod CIDR of the prefix's family. A prefix is left out, with
-// a reason, when it lies outside bounds (forwarding.routablePrefixes, read
-// by the call only when some Node publishes a prefix), overlaps a pod CIDR
-// or node IP of the cluster (it would take over their traffic), is a
-// default route, is served on this node too (the local route wins), or
+// pods: each prefix another Node publishes that passes the bounds
+// (ClusterNodes.Accepted), via this node's next hop to that Node's pod
+// CIDR of the prefix's family. An accepted prefix is still left out, with
+// a reason, when it is served on this node too (the local route wins) or
 // another node published it first (by name).
-func (c *ClusterNodes) remoteRoutes(self string, local []netip.Prefix, bounds func() ([]netip.Prefix, error)) (want []forwarding.RemoteRoute, skipped []string) {
-	var nodes []*corev1.Node
-	for _, o := range c.informer.GetStore().List() {
-		if n, ok := o.(*corev1.Node); ok && n.Name != self {
-			nodes = append(nodes, n)
-		}
-	}
-	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	r := c.Ranges()
-	reserved := append(slices.Clone(r.PodCIDRs), r.NodeIPs...)
+func (c *ClusterNodes) remoteRoutes(accepted []NodePrefix, local []netip.Prefix) (want []forwarding.RemoteRoute, skipped []string) {
 	taken := map[netip.Prefix]string{}
 	for _, p := range local {
 		taken[p] = "this node"
 	}
-	var allowed []netip.Prefix
-	var boundsErr error
-	boundsRead := false
-	for _, n := range nodes {
-		ps, err := parseNodeRoutes(n.Annotations[NodeRoutesAnnotation])
+	for _, np := range accepted {
+		p, node := np.Prefix, np.Node
+		if by, ok := taken[p]; ok {
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: served by %s", p, node, by))
+			continue
+		}
+		n := c.node(node)
+		if n == nil {
+			continue // deleted since Accepted's answer
+		}
+		target, ok := podCIDROf(n, p.Addr().Is4())
+		if !ok {
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: the node has no pod CIDR of its family", p, node))
+			continue
+		}
+		gw, dev, err := forwarding.NextHopTo(target)
 		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("node %s: %v", n.Name, err))
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", p, node, err))
+			continue
 		}
-		if len(ps) > 0 && !boundsRead {
-			allowed, boundsErr = bounds()
-			boundsRead = true
-		}
-		for _, p := range ps {
-			if boundsErr != nil {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: forwarding.routablePrefixes unknown: %v", p, n.Name, boundsErr))
-				continue
-			}
-			if !slices.ContainsFunc(allowed, func(b netip.Prefix) bool { return b.Bits() <= p.Bits() && b.Contains(p.Addr()) }) {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: outside forwarding.routablePrefixes %v", p, n.Name, allowed))
-				continue
-			}
-			if by, ok := taken[p]; ok {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: served by %s", p, n.Name, by))
-				continue
-			}
-			if p.Bits() == 0 || slices.ContainsFunc(reserved, p.Overlaps) {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: a default route or overlaps a pod CIDR or node IP", p, n.Name))
-				continue
-			}
-			target, ok := podCIDROf(n, p.Addr().Is4())
-			if !ok {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: the node has no pod CIDR of its family", p, n.Name))
-				continue
-			}
-			gw, dev, err := forwarding.NextHopTo(target)
-			if err != nil {
-				skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", p, n.Name, err))
-				continue
-			}
-			taken[p] = "node " + n.Name
-			want = append(want, forwarding.RemoteRoute{Dst: p, Gw: gw, Dev: dev, Node: n.Name})
-		}
+		taken[p] = "node " + node
+		want = append(want, forwarding.RemoteRoute{Dst: p, Gw: gw, Dev: dev, Node: node})
 	}
 	return want, skipped
 }
@@ -261,24 +256,42 @@ func podCIDROf(n *corev1.Node, v4 bool) (netip.Addr, bool) {
 }
 
 // syncRoutes publishes this node's forwarded routes and routes the other
-// nodes'; changes are logged.
+// nodes'; changes are logged. The next hops are resolved again only when
+// the accepted prefixes or the local ones changed, or every resyncEvery.
 func (a *Agent) syncRoutes(ctx context.Context) {
 	local, err := a.publishRoutes(ctx)
 	a.setErr("route publication", err)
 	if a.cfg.Cluster == nil || !a.cfg.Cluster.Synced() {
 		return
 	}
-	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local, a.routableBounds)
+	accepted, refused := a.cfg.Cluster.Accepted(a.cfg.Node, a.routableBounds)
+	a.setErr("node data", refusedError(refused))
 	rs := &a.routes
-	if slices.Equal(want, rs.applied) && time.Since(rs.syncedAt) < resyncEvery {
+	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && time.Since(rs.syncedAt) < resyncEvery {
 		return
 	}
+	want, skipped := a.cfg.Cluster.remoteRoutes(accepted, local)
 	added, deleted, err := forwarding.SyncRemoteRoutes(want)
 	a.setErr("remote routes", err)
 	if err == nil {
-		rs.applied, rs.syncedAt = want, time.Now()
+		rs.accepted, rs.appliedLocal, rs.syncedAt = accepted, local, time.Now()
 	}
 	if len(added) > 0 || len(deleted) > 0 {
 		a.log.Info("routes to other nodes' forwarding pods synced", "added", added, "deleted", deleted, "skipped", skipped)
 	}
+}
+
+// refusedError is the Nodes' data that Accepted refused or capped, as one error
+// (nil when none), the first few lines in full: the agent's status names
+// what was refused, the log the rest when it changes.
+func refusedError(refused []string) error {
+	const show = 5
+	if len(refused) == 0 {
+		return nil
+	}
+	msg := strings.Join(refused[:min(show, len(refused))], "; ")
+	if len(refused) > show {
+		msg += fmt.Sprintf("; and %d more", len(refused)-show)
+	}
+	return errors.New(msg)
 }

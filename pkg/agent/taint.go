@@ -36,8 +36,19 @@ const (
 	taintOff
 )
 
+// taintMemo is what the agent last made of the taint, on which version
+// of its Node (metadata.resourceVersion, "" when unknown): any change of
+// the Node since (a re-registration, which makes a new object with the
+// taint, or the taint put back by hand) makes the agent look again.
+type taintMemo struct {
+	state taintState
+	rv    string
+}
+
 // syncTaint removes the startup taint when the agent is Ready, and puts it
-// back while podwire is out of the runtime's chain.
+// back while podwire is out of the runtime's chain. The Node is read again
+// only when its resourceVersion moved since the last decision (the Node
+// informer's), so an idle node costs no request.
 func (a *Agent) syncTaint(ctx context.Context) {
 	if a.cfg.StartupTaint == "" || a.cfg.Nodes == nil {
 		return
@@ -46,30 +57,37 @@ func (a *Agent) syncTaint(ctx context.Context) {
 	ready := a.readyLocked() == nil
 	_, chainErr := a.errs["chain"]
 	_, notInUse := a.errs["chain in use"]
-	state := a.taint
+	memo := a.taint
 	a.mu.Unlock()
+	rv := ""
+	if m := a.node.meta(); m != nil {
+		rv = m.ResourceVersion
+	}
 	var want taintState
 	switch {
-	case ready && state != taintOff:
+	case ready:
 		want = taintOff
-	case (chainErr || notInUse) && state != taintOn:
+	case chainErr || notInUse:
 		want = taintOn
 	default:
 		return
 	}
-	changed, err := a.setTaint(ctx, want == taintOn)
+	if memo.state == want && (rv == "" || rv == memo.rv) {
+		return
+	}
+	changed, newRV, err := a.setTaint(ctx, want == taintOn)
 	a.setErr("startup taint", err)
 	if err != nil {
 		return
 	}
 	a.mu.Lock()
-	a.taint = want
+	a.taint = taintMemo{state: want, rv: newRV}
 	a.mu.Unlock()
 	if changed {
 		if want == taintOn {
 			a.log.Warn("startup taint put back: podwire is out of the runtime's chain", "taint", a.cfg.StartupTaint)
 		} else {
-			a.log.Info("startup taint removed: podwire is in the runtime's chain", "taint", a.cfg.StartupTaint)
+			a.log.Info("startup taint removed: podwire is in the runtime's chain", "taint", a.cfg.StartupTaint, "nodeUID", a.node.UID())
 		}
 	}
 }
@@ -77,16 +95,17 @@ func (a *Agent) syncTaint(ctx context.Context) {
 // setTaint makes the Node carry the startup taint (NoSchedule) or not, by
 // a JSON patch of spec.taints that tests the resourceVersion it read, so a
 // concurrent change of the taints (the node lifecycle controller's) fails
-// it rather than being lost; the next tick tries again.
-func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, err error) {
+// it rather than being lost; the next tick tries again. rv is the Node's
+// resourceVersion after it.
+func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string, err error) {
 	node, err := a.cfg.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
 	if err != nil {
-		return false, fmt.Errorf("failed to read Node %s for its startup taint: %w", a.cfg.Node, err)
+		return false, "", fmt.Errorf("failed to read Node %s for its startup taint: %w", a.cfg.Node, err)
 	}
 	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == a.cfg.StartupTaint })
 	has := len(taints) != len(node.Spec.Taints)
 	if has == on {
-		return false, nil
+		return false, node.ResourceVersion, nil
 	}
 	if on {
 		taints = append(taints, corev1.Taint{Key: a.cfg.StartupTaint, Effect: corev1.TaintEffectNoSchedule})
@@ -98,8 +117,9 @@ func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, err error)
 		{"op": "test", "path": "/metadata/resourceVersion", "value": node.ResourceVersion},
 		{"op": "add", "path": "/spec/taints", "value": taints},
 	})
-	if _, err := a.cfg.Nodes.Nodes().Patch(ctx, a.cfg.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		return false, fmt.Errorf("failed to patch the startup taint %s of Node %s: %w", a.cfg.StartupTaint, a.cfg.Node, err)
+	patched, err := a.cfg.Nodes.Nodes().Patch(ctx, a.cfg.Node, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("failed to patch the startup taint %s of Node %s: %w", a.cfg.StartupTaint, a.cfg.Node, err)
 	}
-	return true, nil
+	return true, patched.ResourceVersion, nil
 }

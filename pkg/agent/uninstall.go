@@ -86,16 +86,20 @@ func (u *Uninstall) seen(o any, gone bool) {
 }
 
 // Decide says whether the agent's stop now is an uninstall, and why, from
-// one GET of the DaemonSet (bounded by ctx) and what the watch saw:
-//   - not found, or being deleted: an uninstall;
-//   - 401 or 403: an uninstall (helm uninstall and `kubectl delete -f
-//     deploy/` delete the ServiceAccount and the RBAC together with the
-//     DaemonSet);
+// one GET of the DaemonSet (bounded by ctx) and what the watch saw. Only a
+// deletion of the DaemonSet the agent saw, positively observed, is an
+// uninstall: a stop decided wrongly as one lets new pods start unchecked
+// until the next agent runs, a stop decided wrongly as a restart only
+// leaves podwire in the chain, doing its job.
+//   - being deleted (deletionTimestamp set), or the watch saw it deleted:
+//     an uninstall;
+//   - not found, once the watch has synced and seen the DaemonSet (so the
+//     name is right and it existed): an uninstall;
 //   - present, not being deleted: a restart or an update (present with
 //     another UID: a reinstall, whose agent owns the node now): keep;
-//   - no answer (timeout, connection refused): an uninstall only if the
-//     watch saw the DaemonSet deleted; otherwise keep (fail safe: a
-//     restart that removed the entry would let pods start unchecked).
+//   - anything else, a 401 or 403 included (a force-deleted agent pod's
+//     token, an RBAC change), a 404 the watch cannot vouch for, no answer:
+//     keep, and say why.
 func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) {
 	u.mu.Lock()
 	uid, watched := u.uid, u.deleted
@@ -109,12 +113,14 @@ func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) 
 		return true, fmt.Sprintf("DaemonSet %s is being deleted", ds)
 	case err == nil:
 		return false, fmt.Sprintf("DaemonSet %s is in place: a restart or an update", ds)
-	case apierrors.IsNotFound(err):
-		return true, fmt.Sprintf("DaemonSet %s is gone", ds)
-	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
-		return true, fmt.Sprintf("the agent may no longer read DaemonSet %s (its ServiceAccount or RBAC was deleted with it): %v", ds, err)
 	case watched:
-		return true, fmt.Sprintf("the watch saw DaemonSet %s deleted (the GET failed: %v)", ds, err)
+		return true, fmt.Sprintf("the watch saw DaemonSet %s (uid %s) deleted (the GET: %v)", ds, uid, err)
+	case apierrors.IsNotFound(err) && uid != "" && u.informer.HasSynced():
+		return true, fmt.Sprintf("DaemonSet %s (uid %s) is gone", ds, uid)
+	case apierrors.IsNotFound(err):
+		return false, fmt.Sprintf("DaemonSet %s not found, but the watch never saw it: keeping podwire on the node (is --daemonset right?)", ds)
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		return false, fmt.Sprintf("the agent may not read DaemonSet %s and the watch saw no deletion: keeping podwire on the node: %v", ds, err)
 	default:
 		return false, fmt.Sprintf("cannot tell a restart from an uninstall, keeping podwire on the node: GET of DaemonSet %s failed: %v", ds, err)
 	}

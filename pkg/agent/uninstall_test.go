@@ -13,6 +13,7 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestUninstallDecide: what each answer of the API to the stopping agent's
@@ -35,16 +36,23 @@ func TestUninstallDecide(t *testing.T) {
 		// seenUID and seenDeleted are what the watch saw.
 		seenUID     string
 		seenDeleted bool
-		want        bool
-		reason      string
+		// synced: the watch has listed once.
+		synced bool
+		want   bool
+		reason string
 	}{
 		{name: "in place", obj: ds("u1", false), seenUID: "u1", want: false, reason: "a restart or an update"},
 		{name: "in place, watch not synced", obj: ds("u1", false), want: false, reason: "a restart or an update"},
 		{name: "being deleted", obj: ds("u1", true), seenUID: "u1", want: true, reason: "being deleted"},
-		{name: "gone", want: true, reason: "is gone"},
+		{name: "gone", seenUID: "u1", synced: true, want: true, reason: "is gone"},
+		{name: "gone, watch never saw it", synced: true, want: false, reason: "never saw it"},
+		{name: "gone, watch not synced", seenUID: "u1", want: false, reason: "never saw it"},
 		{name: "replaced by a reinstall", obj: ds("u2", false), seenUID: "u1", seenDeleted: true, want: false, reason: "replaced"},
-		{name: "ServiceAccount deleted", err: apierrors.NewUnauthorized("token invalid"), want: true, reason: "ServiceAccount or RBAC"},
-		{name: "RBAC deleted", err: apierrors.NewForbidden(gr, "podwire-agent", errors.New("no Role")), want: true, reason: "ServiceAccount or RBAC"},
+		// A force-deleted agent pod's token, or an RBAC change: nothing
+		// is decided without the watch's word.
+		{name: "401", err: apierrors.NewUnauthorized("token invalid"), seenUID: "u1", synced: true, want: false, reason: "may not read"},
+		{name: "403", err: apierrors.NewForbidden(gr, "podwire-agent", errors.New("no Role")), seenUID: "u1", synced: true, want: false, reason: "may not read"},
+		{name: "403, watch saw the deletion", err: apierrors.NewForbidden(gr, "podwire-agent", errors.New("no Role")), seenUID: "u1", seenDeleted: true, want: true, reason: "watch saw"},
 		{name: "no answer", err: context.DeadlineExceeded, seenUID: "u1", want: false, reason: "cannot tell"},
 		{name: "no answer, watch saw the deletion", err: apierrors.NewServiceUnavailable("down"), seenUID: "u1", seenDeleted: true, want: true, reason: "watch saw"},
 	} {
@@ -63,6 +71,18 @@ func TestUninstallDecide(t *testing.T) {
 			}
 			u := NewUninstall(md, "podwire-system", "podwire-agent", time.Minute)
 			u.uid, u.deleted = ktypes.UID(tc.seenUID), tc.seenDeleted
+			if tc.synced {
+				// The watch lists the objects the fake holds.
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go u.Run(ctx)
+				if !cache.WaitForCacheSync(ctx.Done(), u.informer.HasSynced) {
+					t.Fatal("watch not synced")
+				}
+				u.mu.Lock()
+				u.uid, u.deleted = ktypes.UID(tc.seenUID), tc.seenDeleted
+				u.mu.Unlock()
+			}
 			got, reason := u.Decide(context.Background())
 			if got != tc.want || !strings.Contains(reason, tc.reason) {
 				t.Errorf("Decide = %v, %q; want %v, a reason with %q", got, reason, tc.want, tc.reason)

@@ -217,6 +217,10 @@ type Status struct {
 	// Unknown are the node's pod interfaces without a podwire record, one
 	// line each ("veth1234 (routed 10.244.0.7) checked").
 	Unknown []string `json:"unknown,omitempty"`
+	// Revoked are the node's attachments whose gates the current config
+	// and namespace labels no longer admit, one line each naming the pod,
+	// the record and the gate; they keep running as wired.
+	Revoked []string `json:"revoked,omitempty"`
 }
 
 // Call sends req to the agent at socket, with this build's Header, and

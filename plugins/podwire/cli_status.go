@@ -278,6 +278,9 @@ func (st *nodeStatus) print(w io.Writer) {
 		for _, u := range a.Unknown {
 			fmt.Fprintf(w, "  UNKNOWN interface without a podwire record: %s\n", u)
 		}
+		for _, r := range a.Revoked {
+			fmt.Fprintf(w, "  REVOKED gate, still wired: %s\n", r)
+		}
 	} else {
 		fmt.Fprintln(w, "agent:     none answering (no DaemonSet on this node)")
 	}

@@ -1,0 +1,188 @@
+package multinode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/integration/packets"
+)
+
+// TestNodeDataBounded: node 2's kubelet, with its own credentials
+// (system:node:NAME under NodeRestriction, which lets it annotate and
+// address its own Node only), writes on its Node what a compromised
+// kubelet would: podwire.io/routes of 0.0.0.0/0,::/0, of 0.0.0.0/1, of
+// 5,000 host routes, and an InternalIP forged into the prefix that node
+// 2's router serves. Throughout, a pod on node 1 leaves the cluster from
+// node 1's egress IPs (the echo server on the outside network sees them),
+// node 1's routes toward node 2's router stay as they were, and node 1's
+// agent names the refused data in its log. Node 2's agent puts its own
+// annotation back at each tick, so the kubelet writes it again every
+// second, as an attacker would.
+//
+// The control: before the bounds, the agents copied every Node's
+// annotation into the egress table's exceptions and let any node IP fence
+// a prefix; the same Nodes read that way made 0.0.0.0/0, ::/0, 0.0.0.0/1
+// and the 5,000 /32s exceptions of every node, and the forged InternalIP
+// withdrew node 2's prefix (pkg/agent's TestNodeDataBounded, whose
+// comment names that run). Here, node 1's agent logging the refusal
+// proves the kubelet's writes reached it.
+func TestNodeDataBounded(t *testing.T) {
+	needCluster(t)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	egressOnEveryNode(t)
+	const port = 7510
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, port))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP6, port))
+
+	// Node 2 serves routedNet through a router pod; node 1 routes it.
+	kubectl(t, "", "create", "namespace", forwardingNS)
+	t.Cleanup(func() { kubectl(t, "", "delete", "namespace", forwardingNS, "--wait=true", "--timeout=90s") })
+	if err := createPod(ctx, forwardingNS, "router", n2, nil, map[string]string{
+		"podwire.io/forwarding": "true", "podwire.io/routes": routedNet.String(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitPod(ctx, forwardingNS, "router", n2); err != nil {
+		t.Fatal(err)
+	}
+	if err := cnitest.Eventually(45*time.Second, func() error {
+		if r := nodeRoutes(t, n1); !strings.Contains(r, routedNet.String()) {
+			return fmt.Errorf("%s does not route %s:\n%s", n1.Name, routedNet, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	routesBefore := nodeRoutes(t, n1)
+	client := runPod(t, "default", "nodedata-client", n1, nil)
+	egress4, egress6 := egressIPs(0)
+	// holds checks what must hold whatever node 2's kubelet writes: the
+	// egress IPs, no route of node 1 beyond those it had, and, unless
+	// node 2's Node is over the cap (then it contributes none, by
+	// design), the route to node 2's router.
+	holds := func(phase string, overCap bool) {
+		t.Helper()
+		for _, dst := range []netip.AddrPort{netip.AddrPortFrom(serverIP, port), netip.AddrPortFrom(serverIP6, port)} {
+			want := egress4
+			if dst.Addr().Is6() {
+				want = egress6
+			}
+			if got := sourceSeen(t, client, dst); got != want {
+				t.Fatalf("%s: pod %s on %s reached %s from %s, want its node's egress IP %s", phase, client.name, n1.Name, dst, got, want)
+			}
+		}
+		r := nodeRoutes(t, n1)
+		for _, l := range strings.Split(r, "\n") {
+			if l != "" && !strings.Contains(routesBefore, l) {
+				t.Fatalf("%s: %s routes %q, which it did not before:\n%s", phase, n1.Name, l, routesBefore)
+			}
+		}
+		if !overCap && r != routesBefore {
+			t.Fatalf("%s: %s's routes changed:\n%s\nwere:\n%s", phase, n1.Name, r, routesBefore)
+		}
+	}
+	holds("before", false)
+
+	// As node 2's kubelet.
+	dir := t.TempDir()
+	cacheDir := filepath.Join(dir, "kubelet-cache")
+	asKubelet := func(patch any, subresource string) {
+		t.Helper()
+		b, err := json.Marshal(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "patch.json")
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"patch", "node", n2.Name, "--type=merge", "--patch-file=" + file}
+		if subresource != "" {
+			args = append(args, "--subresource="+subresource)
+		}
+		c.MustKubectlAs(t, n2.Kubeconfig, cacheDir, "", args...)
+	}
+	// The kubelet sets its addresses again at its next status update;
+	// the test does not wait for it.
+	var addrs []map[string]string
+	if err := json.Unmarshal([]byte(kubectl(t, "", "get", "node", n2.Name, "-o", "jsonpath={.status.addresses}")), &addrs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { asKubelet(map[string]any{"status": map[string]any{"addresses": addrs}}, "status") })
+	hosts := make([]string, 5000)
+	for i := range hosts {
+		hosts[i] = netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}).String() + "/32"
+	}
+	forged := netip.MustParseAddr("198.51.100.7") // inside node 2's routedNet
+	// Each value keeps node 2's own prefix, so that what changes on node 1
+	// is only what the bounds let through.
+	own := routedNet.String() + ","
+	annotate := func(v string) any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{"podwire.io/routes": v}}}
+	}
+	for _, attack := range []struct {
+		name    string
+		patch   any
+		sub     string
+		overCap bool
+	}{
+		{"routes 0.0.0.0/0,::/0", annotate(own + "0.0.0.0/0,::/0"), "", false},
+		{"routes 0.0.0.0/1", annotate(own + "0.0.0.0/1"), "", false},
+		{"5,000 host routes", annotate(own + strings.Join(hosts, ",")), "", true},
+		{"InternalIP " + forged.String(), map[string]any{"status": map[string]any{"addresses": []map[string]string{
+			{"type": "InternalIP", "address": n2.IP.String()}, {"type": "InternalIP", "address": n2.IP6.String()},
+			{"type": "InternalIP", "address": forged.String()}, {"type": "Hostname", "address": n2.Name},
+		}}}, "status", false},
+	} {
+		// After the last attack, node 2's agent has put its annotation
+		// back and node 1 routes the router's prefix again.
+		if err := cnitest.Eventually(30*time.Second, func() error {
+			if r := nodeRoutes(t, n1); r != routesBefore {
+				return fmt.Errorf("%s routes:\n%s\nwant:\n%s", n1.Name, r, routesBefore)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("before %s: %v", attack.name, err)
+		}
+		// Eight seconds: two of the agents' ticks and more, each second
+		// the kubelet's write again, then what must hold.
+		start := time.Now()
+		for time.Since(start) < 8*time.Second {
+			asKubelet(attack.patch, attack.sub)
+			time.Sleep(time.Second)
+			holds(attack.name, attack.overCap)
+		}
+		t.Logf("%s written by %s's kubelet for 8 s: %s's pod still leaves from %s and %s, its routes %s", attack.name, n2.Name, n1.Name,
+			egress4, egress6, map[bool]string{false: "unchanged", true: "without any of them (the Node is over the cap)"}[attack.overCap])
+	}
+
+	// Node 1's agent saw the kubelet's data and refused it.
+	logs := agentLogs(t, ctx, n1.Name)
+	for _, want := range []string{"0.0.0.0/0 of node " + n2.Name + ": a default route", "5000 prefixes in podwire.io/routes, over the cap"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("%s's agent log has no %q: the kubelet's writes never reached it?\n%s", n1.Name, want, logs)
+		}
+	}
+}
+
+// agentLogs is the log of the podwire agent on node.
+func agentLogs(t *testing.T, ctx context.Context, node string) string {
+	t.Helper()
+	pod := strings.TrimSpace(kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
+		"--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}"))
+	out, err := c.Kubectl(ctx, "", "-n", agentNS, "logs", pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

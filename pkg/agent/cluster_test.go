@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+)
+
+// testNode is a Node with one pod CIDR, one InternalIP and, when routes
+// is not "", NodeRoutesAnnotation.
+func testNode(name, podCIDR, ip, routes string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	n.Spec.PodCIDRs = []string{podCIDR}
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+	if routes != "" {
+		n.Annotations = map[string]string{NodeRoutesAnnotation: routes}
+	}
+	return n
+}
+
+// storeNodes is a ClusterNodes whose cache holds nodes (no informer runs).
+func storeNodes(t *testing.T, nodes ...*corev1.Node) *ClusterNodes {
+	c := newClusterNodes(&cache.ListWatch{}, t.TempDir(), 0)
+	for _, n := range nodes {
+		if err := c.informer.GetStore().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func hostRoutes(first netip.Addr, k int) string {
+	s := make([]string, k)
+	for i := range s {
+		s[i] = netip.PrefixFrom(first, 32).String()
+		first = first.Next()
+	}
+	return strings.Join(s, ",")
+}
+
+// TestNodeDataBounded: what one Node publishes in its annotation reaches
+// neither the egress exceptions nor the routes of another node unless it
+// passes the bounds: a default route, a half of the address space, a Node
+// over the cap, a prefix over a pod CIDR are refused by name; a forged
+// InternalIP inside another node's prefix withdraws nothing. The same
+// Nodes through the reading before the bounds (every annotation copied
+// into Cluster.Routes) made 0.0.0.0/0, ::/0, 0.0.0.0/1 and the 5,000 /32s
+// egress exceptions of every node.
+func TestNodeDataBounded(t *testing.T) {
+	bounds := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24"),
+		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("2001:db8:100::/48")}
+	c := storeNodes(t,
+		testNode("a", "10.244.0.0/24", "10.99.0.11", ""),
+		// b serves 198.51.100.0/25 honestly.
+		testNode("b", "10.244.1.0/24", "10.99.0.12", "198.51.100.0/25,2001:db8:100::/64"),
+		// c's kubelet: every address, and its InternalIP forged into
+		// b's prefix.
+		testNode("c", "10.244.2.0/24", "198.51.100.7", "0.0.0.0/0,::/0"),
+		testNode("d", "10.244.3.0/24", "10.99.0.14", "0.0.0.0/1,10.244.1.0/25,203.0.113.0/24"),
+		testNode("e", "10.244.4.0/24", "10.99.0.15", hostRoutes(netip.MustParseAddr("203.0.113.0"), 5000)),
+		testNode("f", "10.244.5.0/24", "10.99.0.16", "198.51.100.128/25,garbage"),
+	)
+	reads := 0
+	boundsFn := func() ([]netip.Prefix, error) { reads++; return bounds, nil }
+	local := []netip.Prefix{netip.MustParsePrefix("198.51.100.200/32")}
+	r := c.Ranges("a", local, boundsFn)
+	wantRoutes := []string{"198.51.100.0/25", "198.51.100.200/32", "203.0.113.0/24", "2001:db8:100::/64"}
+	var got []string
+	for _, p := range r.Routes {
+		got = append(got, p.String())
+	}
+	if !slices.Equal(got, wantRoutes) {
+		t.Errorf("egress exceptions from Nodes %v, want %v", got, wantRoutes)
+	}
+	accepted, refused := c.Accepted("a", boundsFn)
+	var acc []string
+	for _, p := range accepted {
+		acc = append(acc, p.Prefix.String()+"@"+p.Node)
+	}
+	if want := []string{"198.51.100.0/25@b", "2001:db8:100::/64@b", "203.0.113.0/24@d"}; !slices.Equal(acc, want) {
+		t.Errorf("accepted %v, want %v", acc, want)
+	}
+	all := strings.Join(refused, "\n")
+	for _, w := range []string{
+		"0.0.0.0/0 of node c: a default route",
+		"::/0 of node c: a default route",
+		"0.0.0.0/1 of node d: outside forwarding.routablePrefixes",
+		"10.244.1.0/25 of node d: overlaps a pod CIDR",
+		fmt.Sprintf("node e: 5000 prefixes in %s, over the cap of %d: none used", NodeRoutesAnnotation, MaxNodePrefixes),
+		"node f: " + NodeRoutesAnnotation,
+		"node c: InternalIP 198.51.100.7 lies inside forwarding.routablePrefixes",
+	} {
+		if !strings.Contains(all, w) {
+			t.Errorf("refused:\n%s\nwant a line with %q", all, w)
+		}
+	}
+	if strings.Contains(all, "198.51.100.128/25") {
+		t.Errorf("node f's valid prefix used although its annotation does not parse: %s", all)
+	}
+	if reads == 0 {
+		t.Error("bounds never read")
+	}
+}
+
+// TestNodeCap: a Node at the cap contributes all of its prefixes, one
+// over it none.
+func TestNodeCap(t *testing.T) {
+	bounds := func() ([]netip.Prefix, error) { return []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")}, nil }
+	for _, k := range []int{MaxNodePrefixes, MaxNodePrefixes + 1} {
+		c := storeNodes(t, testNode("a", "10.244.0.0/24", "10.99.0.11", ""),
+			testNode("b", "10.244.1.0/24", "10.99.0.12", hostRoutes(netip.MustParseAddr("203.0.113.0"), k)))
+		accepted, refused := c.Accepted("a", bounds)
+		want := k
+		if k > MaxNodePrefixes {
+			want = 0
+		}
+		if len(accepted) != want || (want == 0) != (len(refused) == 1) {
+			t.Errorf("%d prefixes: %d accepted (want %d), refused %q", k, len(accepted), want, refused)
+		}
+	}
+}
+
+// TestNoBoundsNoRoutes: without forwarding.routablePrefixes known, no
+// Node's prefix is accepted, and each says why.
+func TestNoBoundsNoRoutes(t *testing.T) {
+	c := storeNodes(t, testNode("a", "10.244.0.0/24", "10.99.0.11", ""),
+		testNode("b", "10.244.1.0/24", "10.99.0.12", "198.51.100.0/24"))
+	accepted, refused := c.Accepted("a", func() ([]netip.Prefix, error) { return nil, fmt.Errorf("no entry") })
+	if len(accepted) != 0 || len(refused) != 1 || !strings.Contains(refused[0], "routablePrefixes unknown: no entry") {
+		t.Errorf("accepted %v, refused %q", accepted, refused)
+	}
+}
+
+// TestAcceptedOnChange: Accepted parses the Nodes again only after the
+// informer delivered a change of what it reads (an annotation, a pod CIDR,
+// an address), not after a status update of anything else (the kubelet's
+// heartbeat conditions), and follows the bounds.
+func TestAcceptedOnChange(t *testing.T) {
+	cs := fake.NewClientset(testNode("a", "10.244.0.0/24", "10.99.0.11", ""),
+		testNode("b", "10.244.1.0/24", "10.99.0.12", "198.51.100.0/25"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return cs.CoreV1().Nodes().List(ctx, o) },
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}
+	// The fake answers no watch-list stream: say so, as its informers do.
+	c := newClusterNodes(cache.ToListWatcherWithWatchListSemantics(lw, cs), t.TempDir(), 0)
+	go c.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
+		t.Fatal("not synced")
+	}
+	bounds := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+	boundsFn := func() ([]netip.Prefix, error) { return bounds, nil }
+	first, _ := c.Accepted("a", boundsFn)
+	if len(first) != 1 {
+		t.Fatalf("accepted %v", first)
+	}
+	gen := c.gen.Load()
+	update := func(mut func(n *corev1.Node)) {
+		t.Helper()
+		n, err := cs.CoreV1().Nodes().Get(ctx, "b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mut(n)
+		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not within 5 s", what)
+			}
+		}
+	}
+	update(func(n *corev1.Node) {
+		n.ResourceVersion = "2" // the fake sets none
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	})
+	// The heartbeat reaches the cache; the generation stays.
+	waitFor("the heartbeat in the cache", func() bool {
+		n := c.node("b")
+		return n != nil && n.ResourceVersion == "2"
+	})
+	if again, _ := c.Accepted("a", boundsFn); c.gen.Load() != gen || &again[0] != &first[0] {
+		t.Errorf("a heartbeat recomputed the accepted prefixes (generation %d, was %d)", c.gen.Load(), gen)
+	}
+	update(func(n *corev1.Node) {
+		n.ResourceVersion = "3"
+		n.Annotations[NodeRoutesAnnotation] = "198.51.100.0/25,198.51.100.128/26"
+	})
+	waitFor("the new annotation accepted", func() bool { acc, _ := c.Accepted("a", boundsFn); return len(acc) == 2 })
+	bounds = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/25")}
+	if acc, _ := c.Accepted("a", boundsFn); len(acc) != 1 {
+		t.Errorf("after the bounds narrowed: accepted %v, want 198.51.100.0/25 only", acc)
+	}
+}
+
+// TestNodeAddressesCapped: a Node listing more InternalIPs than
+// MaxNodeAddresses adds only the first ones to every node's egress
+// exceptions, and is named; before the cap, every address a kubelet
+// wrote on its Node became an exception of every node.
+func TestNodeAddressesCapped(t *testing.T) {
+	n := testNode("b", "10.244.1.0/24", "10.99.0.12", "")
+	for i := range 100 {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP,
+			Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}).String()})
+	}
+	c := storeNodes(t, testNode("a", "10.244.0.0/24", "10.99.0.11", ""), n)
+	bounds := func() ([]netip.Prefix, error) { return nil, nil }
+	r := c.Ranges("a", nil, bounds)
+	if len(r.NodeIPs) != 1+MaxNodeAddresses || !slices.Contains(r.NodeIPs, netip.MustParsePrefix("10.99.0.12/32")) {
+		t.Errorf("node IPs %v: want a's and the first %d of b's", r.NodeIPs, MaxNodeAddresses)
+	}
+	_, refused := c.Accepted("a", bounds)
+	if len(refused) != 1 || !strings.Contains(refused[0], "node b: 101 InternalIP addresses, over the cap") {
+		t.Errorf("refused %q, want node b named", refused)
+	}
+}
