@@ -1,5 +1,6 @@
 // Package cri is podwire's end-to-end test through a real container
-// runtime: a private containerd 1.6 (Debian's, with runc) in its own network
+// runtime: a private containerd with runc (2.x of scripts/containerd-build.sh,
+// or the host's 1.6, the legacy leg: make test-e2e runs both) in its own network
 // namespace, driven over the CRI by a Go client, runs pod sandboxes whose
 // network is the ptp + host-local conflist of cni-conf/ with podwire chained
 // by `podwire install`'s code. Every address is test-only (10.199.0.0/24,
