@@ -119,8 +119,8 @@ test-e2e: deps image tools runtime-bins
 	@echo "integration/cri on the host's containerd and runc (the legacy leg)"
 	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
 
-# Built once per version into .cache (cold: containerd about 15 min on 2
-# cores, runc 1; seconds when cached).
+# Built once per version into .cache (a few minutes on 2 cores the first
+# time; a relink of seconds from a warm Go build cache).
 runtime-bins:
 	scripts/containerd-build.sh $(CONTAINERD_VERSION) $(RUNC_VERSION) $(CURDIR)/.cache
 
