@@ -2,9 +2,9 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -131,9 +131,26 @@ func waitNodeReady(ctx context.Context, ready bool) (string, error) {
 	}
 }
 
-// cniVersionRE finds the loaded chain's cniVersion in containerd's
-// verbose CRI status (go-cni's CNIVersion field).
-var cniVersionRE = regexp.MustCompile(`"CNIVersion":"([^"]*)"`)
+// podNetworkVersion is the cniVersion of the pod network (the network on
+// eth0, not go-cni's loopback) in containerd's verbose CRI status, as
+// Node.CNIConfig returns it.
+func podNetworkVersion(cniConfig string) (string, error) {
+	var st struct {
+		Networks []struct {
+			Config struct{ Name, CNIVersion string }
+			IFName string
+		}
+	}
+	if err := json.Unmarshal([]byte(cniConfig), &st); err != nil {
+		return "", fmt.Errorf("containerd's cniconfig: %w", err)
+	}
+	for _, n := range st.Networks {
+		if n.IFName == "eth0" {
+			return n.Config.CNIVersion, nil
+		}
+	}
+	return "", fmt.Errorf("containerd's cniconfig has no network on eth0")
+}
 
 // TestStatusNodeReadiness: the node's chain (ptp, host-local, podwire) is
 // at cniVersion 1.1.0, so containerd runs the chain's STATUS in every CRI
@@ -146,8 +163,8 @@ var cniVersionRE = regexp.MustCompile(`"CNIVersion":"([^"]*)"`)
 // stateDir is made read-only in the node's mount namespace (a bind mount
 // over /run/podwire, which the plugin sees and the agent's container does
 // not): no ADD can record a pod, podwire's STATUS answers 50 naming
-// stateDir, and NetworkReady turns false at once and the Node NotReady
-// with that message; that failure is also what shows that the runtime
+// stateDir, and NetworkReady turns false at the next CRI Status call and
+// the Node NotReady with that message; that failure is also what shows that the runtime
 // runs podwire's STATUS at all. Unmounted, both turn back, and the node
 // loses the not-ready taints. It logs each latency, and how many STATUS
 // runs podwire logged for the CRI Status calls made: containerd does not
@@ -163,8 +180,8 @@ func TestStatusNodeReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := cniVersionRE.FindStringSubmatch(conf); m == nil || m[1] != primaryCNIVersion {
-		t.Fatalf("containerd loaded the chain at cniVersion %v, want %s (STATUS is called from 1.1.0):\n%s", m, primaryCNIVersion, conf)
+	if v, err := podNetworkVersion(conf); err != nil || v != primaryCNIVersion {
+		t.Fatalf("containerd loaded the chain at cniVersion %q (%v), want %s (STATUS is called from 1.1.0):\n%s", v, err, primaryCNIVersion, conf)
 	}
 	t.Logf("runtime %s; chain at cniVersion %s", n1.RuntimeVersion(ctx), primaryCNIVersion)
 	w := startNetworkWatch(t)
@@ -244,8 +261,11 @@ func TestStatusNodeReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(s.message, "podwire") || !strings.Contains(s.message, "stateDir") {
-		t.Errorf("NetworkReady=false does not name podwire's STATUS and stateDir: %s", s.message)
+	// libcni passes the plugin's error message on without the plugin's
+	// name: podwire's STATUS is the one that names stateDir.
+	unwritable := `stateDir "/run/podwire" unwritable`
+	if !strings.Contains(s.message, unwritable) {
+		t.Errorf("NetworkReady=false is not podwire's STATUS error (%s): %s", unwritable, s.message)
 	}
 	waitCtx, waitCancel := context.WithTimeout(ctx, 90*time.Second)
 	msg, err := waitNodeReady(waitCtx, false)
@@ -254,7 +274,7 @@ func TestStatusNodeReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	tNodeNotReady := time.Now()
-	if !strings.Contains(msg, "NetworkReady=false") || !strings.Contains(msg, "stateDir") {
+	if !strings.Contains(msg, "NetworkReady=false") || !strings.Contains(msg, unwritable) {
 		t.Errorf("the Node's Ready=False message does not name the runtime network and stateDir: %s", msg)
 	}
 	t.Logf("stateDir read-only: NetworkReady=false after %v (%s); Node NotReady after %v: %s",
