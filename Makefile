@@ -9,8 +9,7 @@ CNI_VERSION := v1.3.1
 TOOLS_DIR := $(CURDIR)/.cache/cni-bin
 REF_PLUGINS := ptp host-local tuning portmap bridge loopback macvlan
 
-# The Kubernetes node of integration/k8s: versions named here only. kubelet
-# 1.37 still accepts Debian's containerd 1.6 (1.38 will want containerd 2).
+# The Kubernetes node of integration/k8s: versions named here only.
 K8S_VERSION := v1.37.2
 ETCD_VERSION := v3.6.6
 K8S_BIN_DIR := $(CURDIR)/.cache/k8s-$(K8S_VERSION)
@@ -25,6 +24,16 @@ FLANNEL_DIR := $(CURDIR)/.cache/flannel-$(FLANNEL_VERSION)
 COREDNS_VERSION := v1.15.0
 COREDNS_DIR := $(CURDIR)/.cache/coredns-$(COREDNS_VERSION)
 ETCD_BIN := $(CURDIR)/.cache/etcd-$(ETCD_VERSION)/etcd
+# The container runtime of the Kubernetes suites and of the CRI suite:
+# containerd at CONTAINERD_VERSION (the 2.3 LTS) and the runc its release
+# tests with (its script/setup/runc-version), built by
+# scripts/containerd-build.sh. Debian's containerd 1.6 (PATH) is the CRI
+# suite's legacy leg only.
+CONTAINERD_VERSION := v2.3.7
+RUNC_VERSION := v1.5.2
+CONTAINERD_DIR := $(CURDIR)/.cache/containerd-$(CONTAINERD_VERSION)
+RUNC_BIN := $(CURDIR)/.cache/runc-$(RUNC_VERSION)/runc
+RUNTIME_ENV = PODWIRE_CONTAINERD_DIR=$(CONTAINERD_DIR) PODWIRE_RUNC=$(RUNC_BIN)
 # The helm CLI the multi-node suite installs, upgrades and uninstalls the
 # chart with: the release tools/chart renders with (its go.mod).
 HELM_VERSION := v3.22.0
@@ -49,7 +58,7 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: deps build image image-upgrade push tools k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -102,21 +111,31 @@ test-integration: deps build tools
 test-vm: deps build
 	scripts/vm-test.sh
 
-test-e2e: deps image tools
+# The CRI suite twice: on containerd CONTAINERD_VERSION, then on the host's
+# (Debian's 1.6, the legacy leg).
+test-e2e: deps image tools runtime-bins
+	@echo "integration/cri on containerd $(CONTAINERD_VERSION), runc $(RUNC_VERSION)"
+	$(RUNTIME_ENV) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
+	@echo "integration/cri on the host's containerd and runc (the legacy leg)"
 	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
+
+# Built once per version into .cache (a few minutes on 2 cores the first
+# time; a relink of seconds from a warm Go build cache).
+runtime-bins:
+	scripts/containerd-build.sh $(CONTAINERD_VERSION) $(RUNC_VERSION) $(CURDIR)/.cache
 
 # Built once per version into .cache (about 25 min on 2 cores the first
 # time, then e2e.test about 4 min; seconds when cached).
-k8s-bins:
+k8s-bins: runtime-bins
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/e2e-build.sh $(K8S_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
 	scripts/coredns-build.sh $(COREDNS_VERSION) $(CURDIR)/.cache
 
-# The environment of the Kubernetes suites: the builds of k8s-bins and the
-# agent's images.
-K8S_TEST_ENV = PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+# The environment of the Kubernetes suites: the builds of k8s-bins (and
+# runtime-bins) and the agent's images.
+K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
 # The single-node and the multi-node suites run at once (-p 2): each
 # cluster is private to its run, and the first ends while the second sets

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,13 +20,15 @@ import (
 	"github.com/podwire/podwire/internal/testns"
 )
 
-// node is a private containerd (Debian's 1.6 with runc) running in a fresh
-// network namespace: the pods' host-side veths, routes and nftables tables
+// node is a private containerd with runc (cluster.RuntimeFromEnv: the build
+// PODWIRE_CONTAINERD_DIR names, or the host's 1.6, the legacy leg) running
+// in a fresh network namespace: the pods' host-side veths, routes and nftables tables
 // live in that namespace, which plays the node, and vanish with it. Its
 // config, socket, root, state, runc root and CNI dirs are under one temp dir.
 type node struct {
 	dir      string
 	netns    ns.NetNS // the node's network namespace
+	rt       cluster.Runtime
 	sock     string
 	confDir  string
 	binDir   string
@@ -40,7 +43,7 @@ type node struct {
 	// name of this run, removed at the end in every hierarchy.
 	cgroupParent string
 	// shimDirs are the shim socket dirs (hard-coded /run/containerd/s in
-	// containerd 1.6) that did not exist before and are removed if empty.
+	// containerd 1.6 and 2.x) that did not exist before and are removed if empty.
 	shimDirs []string
 }
 
@@ -60,20 +63,28 @@ mount --bind "$1/sys/devices/virtual/net" /sys/devices/virtual/net
 shift
 exec "$@"`
 
-// startNode starts containerd and imports the pause image.
+// startNode starts containerd and imports the pause image. A runtime that
+// PODWIRE_CONTAINERD_DIR or PODWIRE_RUNC names and that is missing fails
+// the test; the host's, missing, skips it.
 func startNode(t *testing.T) *node {
 	t.Helper()
-	for _, b := range []string{"containerd", "ctr", "runc", "containerd-shim-runc-v2", "nsenter", "unshare"} {
+	rt := cluster.RuntimeFromEnv()
+	if err := rt.Check(); err != nil {
+		if rt.Dir != "" || rt.Runc != "" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (apt-get install containerd runc)", err)
+	}
+	for _, b := range []string{"nsenter", "unshare"} {
 		if _, err := exec.LookPath(b); err != nil {
-			t.Skipf("%s not found (apt-get install containerd runc util-linux): %v", b, err)
+			t.Skipf("%s not found (apt-get install util-linux): %v", b, err)
 		}
 	}
-	runc, _ := exec.LookPath("runc")
 	dir, err := os.MkdirTemp("", "podwire-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{dir: dir, sock: filepath.Join(dir, "containerd.sock"),
+	n := &node{dir: dir, rt: rt, sock: filepath.Join(dir, "containerd.sock"),
 		confDir: filepath.Join(dir, "net.d"), binDir: filepath.Join(dir, "cni-bin")}
 	n.cgroupParent = "/" + filepath.Base(dir)
 	for _, d := range []string{"/run/containerd", "/run/containerd/s"} {
@@ -91,7 +102,11 @@ func startNode(t *testing.T) *node {
 	if n.netns, err = testns.Make(); err != nil {
 		t.Fatalf("failed to create the node's netns: %v", err)
 	}
-	cfg := cluster.ContainerdConfig(dir, runc, pauseImage)
+	cfg, err := rt.Config(context.Background(), dir, pauseImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	containerd, _ := rt.Bin("containerd")
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -101,7 +116,8 @@ func startNode(t *testing.T) *node {
 	}
 	n.cmd = exec.Command("nsenter", "--net="+n.netns.Path(), "--",
 		"unshare", "--mount", "--propagation", "slave", "--",
-		"sh", "-c", launchScript, "launch", dir, "containerd", "--config", cfgPath)
+		"sh", "-c", launchScript, "launch", dir, containerd, "--config", cfgPath)
+	n.cmd.Env = rt.Environ()
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
@@ -120,7 +136,10 @@ func startNode(t *testing.T) *node {
 	for {
 		v, err := n.runtime.Version(ctx, &runtimeapi.VersionRequest{})
 		if err == nil {
-			t.Logf("CRI %s: %s %s", v.RuntimeApiVersion, v.RuntimeName, v.RuntimeVersion)
+			runc, _ := rt.Bin("runc")
+			rv, _ := exec.Command(runc, "--version").Output()
+			t.Logf("CRI %s: %s %s; %s", v.RuntimeApiVersion, v.RuntimeName, v.RuntimeVersion,
+				strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(rv)), "\n", "; ")), " "))
 			break
 		}
 		if ctx.Err() != nil || n.hasExited() {
@@ -133,8 +152,7 @@ func startNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("ctr", "-a", n.sock, "-n", "k8s.io", "images", "import",
-		"--snapshotter", "overlayfs", archive).CombinedOutput()
+	out, err := n.ctr("images", "import", "--snapshotter", "overlayfs", archive)
 	if err != nil {
 		t.Fatalf("failed to import the pause image: %v\n%s", err, out)
 	}
@@ -149,6 +167,16 @@ func startNode(t *testing.T) *node {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return n
+}
+
+// ctr runs the runtime's ctr on the node's socket, namespace k8s.io (the
+// CRI's), and returns its combined output.
+func (n *node) ctr(args ...string) ([]byte, error) {
+	bin, err := n.rt.Bin("ctr")
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(bin, append([]string{"-a", n.sock, "-n", "k8s.io"}, args...)...).CombinedOutput()
 }
 
 // hasExited reports whether the containerd process has ended.

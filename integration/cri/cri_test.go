@@ -1,8 +1,10 @@
 // Package cri is podwire's end-to-end test through a real container
-// runtime: a private containerd 1.6 (Debian's, with runc) in its own network
-// namespace, driven over the CRI by a Go client, runs pod sandboxes whose
-// network is the ptp + host-local conflist of cni-conf/ with podwire chained
-// by `podwire install`'s code. Every address is test-only (10.199.0.0/24,
+// runtime: a private containerd with runc (PODWIRE_CONTAINERD_DIR and
+// PODWIRE_RUNC, scripts/containerd-build.sh's 2.x; unset, the host's 1.6,
+// the legacy leg: make test-e2e runs both) in its own network namespace,
+// driven over the CRI by a Go client, runs pod sandboxes whose network is
+// the ptp + host-local conflist of cni-conf/ with podwire chained by
+// `podwire install`'s code. Every address is test-only (10.199.0.0/24,
 // fd00:199::/64) and everything lives in the node namespace, the temp dir
 // and the pods' namespaces, all removed at the end; the host's links,
 // sysctls and ruleset are never touched.

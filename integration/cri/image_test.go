@@ -3,7 +3,6 @@ package cri
 import (
 	"context"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -26,8 +25,7 @@ func TestAgentImageImports(t *testing.T) {
 		t.Skip("PODWIRE_IMAGE or PODWIRE_IMAGE_REF not set: run through make test-e2e")
 	}
 	n := startNode(t)
-	out, err := exec.Command("ctr", "-a", n.sock, "-n", "k8s.io", "images", "import",
-		"--snapshotter", "overlayfs", archive).CombinedOutput()
+	out, err := n.ctr("images", "import", "--snapshotter", "overlayfs", archive)
 	if err != nil {
 		t.Fatalf("ctr images import %s: %v\n%s", archive, err, out)
 	}

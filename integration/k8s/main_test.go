@@ -1,15 +1,19 @@
 // Package k8s is podwire's test on a real single-node Kubernetes cluster
 // (package cluster): pods are created through the API with kubectl, the
-// kubelet runs them over containerd 1.6, the primary is ptp + host-local at
-// cniVersion 0.3.1, and podwire is installed as a cluster operator does:
-// `kubectl apply -f deploy/` (its DaemonSet's agent chains podwire). Every claim is proven with packets between the pods, the
-// node and the network outside it (another netns behind the node's
-// uplink). One cluster serves every test of the package: it is started in
-// TestMain and stopped, with every process, mount and namespace of the run,
-// when the tests end.
+// kubelet runs them over containerd 2.x, the primary is ptp + host-local at
+// cniVersion 1.1.0 (so containerd calls the chain's STATUS, podwire's
+// included, on every CRI Status the kubelet makes), and podwire is
+// installed as a cluster operator does: `kubectl apply -f deploy/` (its
+// DaemonSet's agent chains podwire). Every claim is proven with packets
+// between the pods, the node and the network outside it (another netns
+// behind the node's uplink). One cluster serves every test of the package:
+// it is started in TestMain and stopped, with every process, mount and
+// namespace of the run, when the tests end.
 //
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
-// Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD, PODWIRE_BIN,
+// Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD,
+// PODWIRE_CONTAINERD_DIR and PODWIRE_RUNC (scripts/containerd-build.sh's
+// containerd and runc: containerd calls STATUS from 2.0.1), PODWIRE_BIN,
 // PODWIRE_IMAGE (`make image`) and PODWIRE_IMAGE_REF (the name it records),
 // PODWIRE_CNI_BIN.
 package k8s
@@ -66,14 +70,20 @@ const deployDir = "../../deploy"
 // allowedNS matches forwarding.namespaces.
 const allowedNS = "nf-k8s"
 
+// primaryCNIVersion is the ptp conflist's cniVersion: the first with
+// STATUS.
+const primaryCNIVersion = "1.1.0"
+
 // suite starts the run's cluster with the outside network routing
-// routedNet to the node, then installs podwire (setUp).
+// routedNet to the node and the primary at primaryCNIVersion, then installs
+// podwire (setUp).
 var suite = cluster.Suite{
-	Env:     []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN"},
+	Env: append([]string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_CNI_BIN"},
+		cluster.RuntimeEnv...),
 	Timeout: 4 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-			OutsideRoutes: []netip.Prefix{routedNet}}
+			OutsideRoutes: []netip.Prefix{routedNet}, PTPCNIVersion: primaryCNIVersion}
 	},
 	Setup: setUp,
 }
@@ -133,7 +143,7 @@ const agentNS = "podwire-system"
 // kubernetes Service does not route), then deploy/ applied with its image
 // set to the pushed one, pinned by digest (as the README tells). The
 // DaemonSet's agent installs the plugin binary into the node's /opt/cni/bin
-// and chains podwire into the primary's 0.3.1 conflist. It returns once
+// and chains podwire into the primary's conflist. It returns once
 // containerd has loaded the chain and the agent has written the node's
 // egress file, without which an ADD with egress.nodeAnnotation is refused
 // with error 11.
@@ -291,13 +301,29 @@ func waitCNIConfig(ctx context.Context, withPodwire bool) error {
 }
 
 // readinessMonitor samples the Node's Ready condition every second for the
-// whole run.
+// whole run. A test that makes the node NotReady on purpose says so
+// (expectNotReady): its samples are counted apart.
 type readinessMonitor struct {
 	mu       sync.Mutex
 	samples  int
 	notReady []string // times and reasons of samples that were not Ready
+	expected string   // why the node may be NotReady now ("": it may not)
+	excused  int      // samples not Ready while expected
 	done     chan struct{}
 	wg       sync.WaitGroup
+}
+
+// expectNotReady excuses the samples that are not Ready until end is
+// called, for the reason why (a test's fault).
+func (r *readinessMonitor) expectNotReady(why string) (end func()) {
+	r.mu.Lock()
+	r.expected = why
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.expected = ""
+		r.mu.Unlock()
+	}
 }
 
 func startReadinessMonitor() *readinessMonitor {
@@ -310,6 +336,8 @@ func startReadinessMonitor() *readinessMonitor {
 			r.mu.Lock()
 			r.samples++
 			switch {
+			case r.expected != "" && (err != nil || !n.Ready):
+				r.excused++
 			case err != nil:
 				r.notReady = append(r.notReady, fmt.Sprintf("%s: %v", time.Now().Format(time.TimeOnly), err))
 			case !n.Ready:

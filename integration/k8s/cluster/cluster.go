@@ -2,7 +2,8 @@
 // podwire's tests: etcd, kube-apiserver (Node,RBAC authorization,
 // certificates made by the run), kube-controller-manager and
 // kube-scheduler on the first node, and on every node a kubelet over a
-// private containerd 1.6 (Debian's, with runc). Each node is a network
+// private containerd with runc (Options.Runtime: containerd 2.x of
+// scripts/containerd-build.sh, or the host's 1.6, the legacy leg). Each node is a network
 // namespace plus a private mount namespace held by a sleeping process (the
 // holder), with its own cgroup root. The nodes' uplinks share one L2
 // segment (a bridge in a switch namespace), and the network outside the
@@ -11,7 +12,7 @@
 // address too, and the Services and node pod ranges both families.
 //
 // The primary network is either ptp + host-local written by Start at
-// cniVersion 0.3.1, as stock installers write it (PrimaryPTP), or none
+// Options.PTPCNIVersion (PrimaryPTP), or none
 // (PrimaryNone): the caller installs one, as flannel's own manifest does,
 // and the controller-manager allocates each node's podCIDRs.
 //
@@ -69,6 +70,9 @@ type Options struct {
 	K8sBinDir string
 	// EtcdBin is the etcd binary.
 	EtcdBin string
+	// Runtime is every node's containerd and runc (Suite.Main sets it
+	// from RuntimeFromEnv; the zero value is the host's, on PATH).
+	Runtime Runtime
 	// CNIBinDir holds the reference plugins (ptp, bridge, host-local,
 	// loopback, portmap); they are linked into each node's CNI bin dir.
 	CNIBinDir string
@@ -76,6 +80,11 @@ type Options struct {
 	Nodes int
 	// Primary is the pod network (default PrimaryPTP).
 	Primary Primary
+	// PTPCNIVersion is the cniVersion of the ptp conflist (PrimaryPTP;
+	// default 0.3.1, what flannel's, Calico's and Cilium's installers
+	// still write). At 1.1.0 containerd 2.x calls the chain's STATUS
+	// (its CRI Status, NetworkReady).
+	PTPCNIVersion string
 	// DualStack adds IPv6: uplink addresses, Services (ServiceCIDR6) and,
 	// with PrimaryNone, node pod ranges (ClusterCIDR6).
 	DualStack bool
@@ -171,6 +180,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Primary == "" {
 		opts.Primary = PrimaryPTP
 	}
+	if opts.PTPCNIVersion == "" {
+		opts.PTPCNIVersion = "0.3.1"
+	}
 	if opts.Nodes < 1 || opts.Nodes > 200 {
 		return nil, fmt.Errorf("Nodes %d: want 1 to 200", opts.Nodes)
 	}
@@ -182,7 +194,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if _, err := os.Stat(opts.EtcdBin); err != nil {
 		return nil, fmt.Errorf("missing etcd: %w", err)
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "unshare", "sleep"} {
+	if err := opts.Runtime.Check(); err != nil {
+		return nil, err
+	}
+	for _, b := range []string{"nsenter", "unshare", "sleep"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return nil, fmt.Errorf("%s not found (scripts/install-deps.sh): %w", b, err)
 		}
@@ -385,11 +400,17 @@ func logName(n *Node, name string) string {
 // run starts a daemon in node n's network and mount namespaces, its
 // output in logs/ (logName).
 func (c *Cluster) run(n *Node, name, bin string, args ...string) (*proc, error) {
+	return c.runEnv(n, name, nil, bin, args...)
+}
+
+// runEnv is run with the environment env (nil: the test's).
+func (c *Cluster) runEnv(n *Node, name string, env []string, bin string, args ...string) (*proc, error) {
 	log, err := os.Create(filepath.Join(c.Dir, "logs", logName(n, name)+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd := n.Command(context.Background(), bin, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group: a ^C of the test reaches the test only, which
 	// then stops the daemons in order.

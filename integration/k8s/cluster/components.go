@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const apiServer = "https://127.0.0.1:6443"
@@ -254,9 +256,13 @@ func (c *Cluster) startControllers() error {
 
 // NodeStatus is what the tests read of a Node object.
 type NodeStatus struct {
-	Ready       bool
-	Taints      []string
-	Annotations map[string]string
+	Ready bool
+	// ReadyReason and ReadyMessage are the Ready condition's reason and
+	// message (the kubelet's, e.g. "KubeletNotReady" and "container
+	// runtime network not ready: NetworkReady=false ...").
+	ReadyReason, ReadyMessage string
+	Taints                    []string
+	Annotations               map[string]string
 	// PodCIDRs is spec.podCIDRs (allocated with PrimaryNone).
 	PodCIDRs []netip.Prefix
 }
@@ -280,7 +286,7 @@ func (n *Node) Status() (*NodeStatus, error) {
 			PodCIDRs []string                       `json:"podCIDRs"`
 		} `json:"spec"`
 		Status struct {
-			Conditions []struct{ Type, Status string } `json:"conditions"`
+			Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
 		} `json:"status"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&obj); err != nil {
@@ -296,7 +302,7 @@ func (n *Node) Status() (*NodeStatus, error) {
 	}
 	for _, cond := range obj.Status.Conditions {
 		if cond.Type == "Ready" {
-			s.Ready = cond.Status == "True"
+			s.Ready, s.ReadyReason, s.ReadyMessage = cond.Status == "True", cond.Reason, cond.Message
 		}
 	}
 	for _, t := range obj.Spec.Taints {
@@ -416,13 +422,15 @@ func (c *Cluster) Helm(ctx context.Context, bin string, args ...string) (string,
 	return string(out), nil
 }
 
-// Versions returns one line per component, as each binary reports itself.
+// Versions returns one line per component, as each binary reports itself,
+// then the runtime as each node's containerd answers the CRI Version call
+// (name and version of the daemon that runs), and its runc.
 func (c *Cluster) Versions(ctx context.Context) []string {
 	var lines []string
 	ask := func(name string, argv ...string) {
 		out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 		v := strings.Join(strings.Fields(strings.SplitN(strings.TrimSpace(string(out)), "\n", 3)[0]), " ")
-		if name == "etcd" || name == "kubectl" {
+		if name == "etcd" || name == "kubectl" || name == "runc" {
 			v = strings.Join(strings.Fields(strings.ReplaceAll(strings.TrimSpace(string(out)), "\n", "; ")), " ")
 		}
 		if err != nil {
@@ -437,7 +445,23 @@ func (c *Cluster) Versions(ctx context.Context) []string {
 		}
 	}
 	ask("kubectl", c.k8sBin("kubectl"), "version", "--client")
-	ask("containerd", "containerd", "--version")
-	ask("runc", "runc", "--version")
+	for _, n := range c.Nodes {
+		lines = append(lines, fmt.Sprintf("%-24s %s", "runtime "+n.Name, n.RuntimeVersion(ctx)))
+	}
+	if runc, err := c.opts.Runtime.Bin("runc"); err != nil {
+		lines = append(lines, fmt.Sprintf("%-24s (error: %v)", "runc", err))
+	} else {
+		ask("runc", runc, "--version")
+	}
 	return lines
+}
+
+// RuntimeVersion is what the node's runtime answers to the CRI Version
+// call: "containerd v2.3.7 (CRI v1)", or the error.
+func (n *Node) RuntimeVersion(ctx context.Context) string {
+	v, err := n.cri.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return fmt.Sprintf("(error: %v)", err)
+	}
+	return fmt.Sprintf("%s %s (CRI %s)", v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
 }

@@ -560,8 +560,7 @@ func (n *Node) Path(p string) string {
 	return p
 }
 
-// writePTP writes the ptp conflist as stock installers do (flannel's,
-// Calico's and Cilium's still write cniVersion 0.3.1).
+// writePTP writes the ptp conflist (PrimaryConflistBytes).
 func (n *Node) writePTP() error {
 	n.PrimaryConflist = filepath.Join(n.CNIConfDir, "10-ptp.conflist")
 	return os.WriteFile(n.PrimaryConflist, n.PrimaryConflistBytes(), 0o644)
@@ -580,11 +579,11 @@ func (n *Node) linkPlugins() error {
 }
 
 // PrimaryConflistBytes is the ptp primary's conflist as its installer
-// writes it (without podwire): what a flannel-style installer puts back on
-// restart.
+// writes it (without podwire), at Options.PTPCNIVersion: what a
+// flannel-style installer puts back on restart.
 func (n *Node) PrimaryConflistBytes() []byte {
 	return []byte(fmt.Sprintf(`{
-  "cniVersion": "0.3.1",
+  "cniVersion": %q,
   "name": "k8s-pod-network",
   "plugins": [
     {
@@ -600,16 +599,22 @@ func (n *Node) PrimaryConflistBytes() []byte {
     }
   ]
 }
-`, n.PodCIDR, n.PodCIDR.Addr().Next(), filepath.Join(n.Dir, "ipam")))
+`, n.c.opts.PTPCNIVersion, n.PodCIDR, n.PodCIDR.Addr().Next(), filepath.Join(n.Dir, "ipam")))
 }
 
-// containerdConfig is containerd 1.6's config (version 2), shared with the
-// CRI suite (integration/cri) through ContainerdConfig: restrict_oom_score_adj because root here lacks CAP_SYS_RESOURCE;
-// the streaming server on the node's loopback; CNI dirs of the run;
-// max_conf_num 1 (the first conflist is the network, as with a kubelet);
-// registry hosts from {{dir}}/certs.d (one hosts.toml per registry, read at
-// each pull: StartRegistry adds the run's plain-HTTP registry there).
-const containerdConfig = `version = 2
+// containerdConfigs are the configs of containerd 1.x (version 2) and
+// 2.x (version 3, where the CRI plugin is split into
+// io.containerd.cri.v1.images, io.containerd.cri.v1.runtime and the server
+// io.containerd.grpc.v1.cri), shared with the CRI suite (integration/cri)
+// through ContainerdConfig. Both say the same: restrict_oom_score_adj
+// because root here lacks CAP_SYS_RESOURCE; the streaming server on the
+// node's loopback; CNI dirs of the run; max_conf_num 1 (the first conflist
+// is the network, as with a kubelet); registry hosts from {{dir}}/certs.d
+// (one hosts.toml per registry, read at each pull: StartRegistry adds the
+// run's plain-HTTP registry there). containerd 2's NRI is off: its socket
+// is a fixed host path (/var/run/nri), which the CRI suite's containerd,
+// sharing the host's /run, would leave behind.
+var containerdConfigs = map[int]string{1: `version = 2
 root = "{{dir}}/containerd-root"
 state = "{{dir}}/containerd-state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
@@ -643,22 +648,72 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       max_conf_num = 1
     [plugins."io.containerd.grpc.v1.cri".registry]
       config_path = "{{dir}}/certs.d"
-`
+`, 2: `version = 3
+root = "{{dir}}/containerd-root"
+state = "{{dir}}/containerd-state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing", "io.containerd.nri.v1.nri"]
 
-// ContainerdConfig returns the config of a containerd whose root, state,
-// sockets, runc root and CNI dirs are all under dir, running runc (a path)
-// with sandbox image pause.
-func ContainerdConfig(dir, runc, pause string) string {
-	return strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc, "{{pause}}", pause).Replace(containerdConfig)
+[grpc]
+  address = "{{dir}}/containerd.sock"
+
+[ttrpc]
+  address = "{{dir}}/containerd.sock.ttrpc"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{{dir}}/opt"
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      sandbox = "{{pause}}"
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = "{{dir}}/certs.d"
+  [plugins."io.containerd.cri.v1.runtime"]
+    restrict_oom_score_adj = true
+    enable_selinux = false
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          BinaryName = "{{runc}}"
+          Root = "{{dir}}/runc"
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["{{dir}}/cni-bin"]
+      conf_dir = "{{dir}}/net.d"
+      max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+`}
+
+// ContainerdConfig returns the config of a containerd of major version
+// major (1 or 2) whose root, state, sockets, runc root and CNI dirs are
+// all under dir, running runc (a path) with sandbox image pause; an error
+// for another major version.
+func ContainerdConfig(major int, dir, runc, pause string) (string, error) {
+	tmpl, ok := containerdConfigs[major]
+	if !ok {
+		return "", fmt.Errorf("containerd %d.x: no config for it (1.x and 2.x are known)", major)
+	}
+	return strings.NewReplacer("{{dir}}", dir, "{{runc}}", runc, "{{pause}}", pause).Replace(tmpl), nil
 }
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	runc, _ := exec.LookPath("runc")
-	path := filepath.Join(n.Dir, "containerd.toml")
-	if err := os.WriteFile(path, []byte(ContainerdConfig(n.Dir, runc, PauseImage)), 0o644); err != nil {
+	rt := n.c.opts.Runtime
+	cfg, err := rt.Config(ctx, n.Dir, PauseImage)
+	if err != nil {
 		return err
 	}
-	p, err := n.c.run(n, "containerd", "containerd", "--config", path)
+	path := filepath.Join(n.Dir, "containerd.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	bin, err := rt.Bin("containerd")
+	if err != nil {
+		return err
+	}
+	p, err := n.c.runEnv(n, "containerd", rt.Environ(), bin, "--config", path)
 	if err != nil {
 		return err
 	}
@@ -679,7 +734,11 @@ func (n *Node) startContainerd(ctx context.Context) error {
 // ImportImage imports an OCI archive (WriteImageArchive) into the node's
 // containerd, k8s.io namespace. Pods use it with imagePullPolicy: Never.
 func (n *Node) ImportImage(ctx context.Context, archive string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "-a", n.ContainerdSock, "-n", "k8s.io", "images", "import",
+	ctr, err := n.c.opts.Runtime.Bin("ctr")
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, ctr, "-a", n.ContainerdSock, "-n", "k8s.io", "images", "import",
 		"--snapshotter", "overlayfs", archive).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("failed to import %s on %s: %v\n%s", archive, n.Name, err, out)
@@ -688,8 +747,9 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 }
 
 // kubeletConfig: cgroupfs and failCgroupV1 false (this host is hybrid
-// cgroup v1; containerd 1.6 does not implement RuntimeConfig, so the driver
-// is set here); oomScoreAdj 0 (root lacks CAP_SYS_RESOURCE);
+// cgroup v1; containerd 2.x reports cgroupfs through the CRI RuntimeConfig
+// call, runc's SystemdCgroup being off, and 1.6 does not implement the
+// call, so the driver is set here too); oomScoreAdj 0 (root lacks CAP_SYS_RESOURCE);
 // protectKernelDefaults with the fake /proc/sys files of the holder;
 // eviction and image GC thresholds out of the way of a shared disk;
 // clusterDNS and clusterDomain as kubeadm sets them: the kube-dns
@@ -831,6 +891,23 @@ func (n *Node) PodNetNS(ctx context.Context, uid string) (path, sandboxID string
 		return fmt.Sprintf("/proc/%d/ns/net", info.Pid), s.Id, nil
 	}
 	return "", "", fmt.Errorf("no ready sandbox on %s for pod uid %s", n.Name, uid)
+}
+
+// NetworkReady is the runtime's NetworkReady condition as the kubelet reads
+// it, from one CRI Status call: its status, and its reason and message
+// when false. containerd 2.x runs the network's CNI STATUS (cniVersion
+// 1.1.0 or later) within that call.
+func (n *Node) NetworkReady(ctx context.Context) (ready bool, reason, message string, err error) {
+	st, err := n.cri.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		return false, "", "", err
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		if c.Type == runtimeapi.NetworkReady {
+			return c.Status, c.Reason, c.Message, nil
+		}
+	}
+	return false, "", "", fmt.Errorf("the CRI status of %s has no %s condition", n.Name, runtimeapi.NetworkReady)
 }
 
 // CNIConfig returns the CNI configuration the node's containerd has

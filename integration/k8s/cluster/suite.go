@@ -17,7 +17,8 @@ type Suite struct {
 	// Env are the variables of make test-k8s the suite reads (TestEnv).
 	Env []string
 	// Options are the cluster's options for the environment; Main sets
-	// Logf and Keep (PODWIRE_K8S_KEEP).
+	// Logf, Keep (PODWIRE_K8S_KEEP) and, when it is the zero value,
+	// Runtime (RuntimeFromEnv).
 	Options func(env map[string]string) Options
 	// Timeout bounds the cluster's start and Setup together.
 	Timeout time.Duration
@@ -45,6 +46,12 @@ func (s *Suite) Main(m *testing.M) int {
 	defer cancel()
 	opts := s.Options(env)
 	opts.Logf, opts.Keep = logf, os.Getenv("PODWIRE_K8S_KEEP") != ""
+	if opts.Runtime == (Runtime{}) {
+		opts.Runtime = RuntimeFromEnv()
+	}
+	if opts.Runtime.Dir == "" {
+		logf("PODWIRE_CONTAINERD_DIR unset: the nodes run the host's containerd (the legacy leg)")
+	}
 	start := time.Now()
 	c, err := Start(ctx, opts)
 	if err != nil {
