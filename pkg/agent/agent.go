@@ -77,6 +77,9 @@ type Config struct {
 	// UnknownInterfaces is what the agent does about pod interfaces without
 	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
 	UnknownInterfaces string
+	// Claims holds the node's pods' claims across the cluster (claims.go);
+	// nil: the agent answers every claim with CNI error 11.
+	Claims *Claims
 	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
 	// the node when the agent's stop is an uninstall (uninstall.go); nil:
 	// stopping changes nothing on the node.
@@ -189,6 +192,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.cfg.Uninstall != nil {
 		go a.cfg.Uninstall.Run(ctx)
+	}
+	if a.cfg.Claims != nil {
+		go a.runClaims(ctx)
 	}
 	// A change to a link of the VLAN wiring (a port's VLAN removed, the
 	// uplink taken off the bridge) is repaired at once, not at the tick:
