@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/podwire/podwire/pkg/agentapi"
@@ -122,11 +125,40 @@ type Claims struct {
 	log   *slog.Logger
 	// now is the clock (a test's fake).
 	now func() time.Time
+	// routes follows the ClaimPool routesPool (RouteHeld).
+	routes cache.SharedIndexInformer
 }
 
 // NewClaims builds Claims over a dynamic client of the API.
 func NewClaims(dyn dynamic.Interface, node string, log *slog.Logger) *Claims {
-	return &Claims{pools: dyn.Resource(ClaimPoolResource), node: node, log: log, now: time.Now}
+	routes := dynamicinformer.NewFilteredDynamicInformer(dyn, ClaimPoolResource, "", 10*time.Minute, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + routesPool }).Informer()
+	return &Claims{pools: dyn.Resource(ClaimPoolResource), node: node, log: log, now: time.Now, routes: routes}
+}
+
+// RouteHeld reports whether the ClaimPool routes holds prefix p for a pod
+// of node; an error until the informer has listed it once, or when the pool
+// does not decode.
+func (c *Claims) RouteHeld(node string, p netip.Prefix) (bool, error) {
+	if !c.routes.HasSynced() {
+		return false, errors.New("ClaimPool routes not read yet")
+	}
+	o, ok, err := c.routes.GetStore().GetByKey(routesPool)
+	if err != nil || !ok {
+		return false, err
+	}
+	u, isU := o.(*unstructured.Unstructured)
+	if !isU {
+		return false, fmt.Errorf("ClaimPool routes is a %T", o)
+	}
+	pool, err := decodePool(u)
+	if err != nil {
+		return false, err
+	}
+	v := p.Masked().String()
+	return slices.ContainsFunc(pool.Spec.Entries, func(e claimEntry) bool {
+		return e.Kind == agentapi.ClaimRoute && e.Value == v && e.Node == node
+	}), nil
 }
 
 // claimBackoff spaces the retries of a claim that lost a race (a Conflict):

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/forwarding"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
 )
@@ -118,16 +119,23 @@ func (c *ClusterNodes) gone(name string) bool {
 	return err == nil && !exists
 }
 
-// runClaims runs the claims' reconciler every claimSyncEvery until ctx
-// ends, while this agent owns the node.
+// runClaims runs the informer of the routes' pool, and the claims'
+// reconciler every claimSyncEvery until ctx ends, while this agent owns the
+// node.
 func (a *Agent) runClaims(ctx context.Context) {
+	go a.cfg.Claims.routes.Run(ctx.Done())
 	t := time.NewTicker(claimSyncEvery)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// At once, then at each tick: after an upgrade from a release without
+	// ClaimPools, the other nodes route this node's prefixes only once
+	// its records' claims are in the pool.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		if a.superseded() {
 			continue
@@ -156,4 +164,29 @@ func (a *Agent) handleClaims(ctx context.Context, req agentapi.Request) *agentap
 			"code", resp.Code, "reason", resp.Reason, "error", resp.Error)
 	}
 	return resp
+}
+
+// heldRoutes keeps of want (remoteRoutes') the routes whose prefix the
+// ClaimPool routes holds for a pod of the route's node: the pool, checked
+// for overlap across the cluster at each ADD, decides who serves a prefix;
+// a Node's annotation alone (anyone who may patch Nodes can write it) does
+// not. What it leaves out is added to skipped. Without Claims (no API
+// client), want is kept whole.
+func (a *Agent) heldRoutes(want []forwarding.RemoteRoute, skipped []string) ([]forwarding.RemoteRoute, []string) {
+	if a.cfg.Claims == nil {
+		return want, skipped
+	}
+	kept := want[:0:0]
+	for _, r := range want {
+		held, err := a.cfg.Claims.RouteHeld(r.Node, r.Dst)
+		switch {
+		case err != nil:
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", r.Dst, r.Node, err))
+		case !held:
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: not held by a pod of that node in ClaimPool %s", r.Dst, r.Node, routesPool))
+		default:
+			kept = append(kept, r)
+		}
+	}
+	return kept, skipped
 }

@@ -18,11 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/forwarding"
 	"github.com/podwire/podwire/pkg/state"
 )
 
@@ -326,5 +328,33 @@ func TestClaimsSync(t *testing.T) {
 	}
 	if got := strings.Join(values(), " "); got != "198.51.100.0/25 192.0.2.0/24" {
 		t.Fatalf("after the grace: %s", got)
+	}
+}
+
+// TestRouteHeld: the agent routes another node's prefix only when the
+// ClaimPool routes holds it for a pod of that node.
+func TestRouteHeld(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fc := fakePools(t)
+	a := testClaims(fc, "node-a")
+	p := netip.MustParsePrefix("198.51.100.0/24")
+	if _, err := a.RouteHeld("node-a", p); err == nil {
+		t.Error("RouteHeld answered before the informer listed the pool")
+	}
+	wantCode(t, "claim", a.Claim(ctx, routeReq("nf-a", "r0", "c0/eth0", p.String())), 0)
+	go a.routes.Run(ctx.Done())
+	ag := &Agent{cfg: Config{Claims: a}}
+	forged := forwarding.RemoteRoute{Dst: p, Node: "node-b"}
+	real := forwarding.RemoteRoute{Dst: p, Node: "node-a"}
+	other := forwarding.RemoteRoute{Dst: netip.MustParsePrefix("203.0.113.0/24"), Node: "node-a"}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return a.routes.HasSynced(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want, skipped := ag.heldRoutes([]forwarding.RemoteRoute{forged, real, other}, nil)
+	if len(want) != 1 || want[0] != real || len(skipped) != 2 || !strings.Contains(skipped[0], "node node-b: not held") {
+		t.Fatalf("routed %v, skipped %q: want %v alone", want, skipped, real)
 	}
 }

@@ -268,7 +268,7 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 	if a.cfg.Cluster == nil || !a.cfg.Cluster.Synced() {
 		return
 	}
-	want, skipped := a.cfg.Cluster.remoteRoutes(a.cfg.Node, local, a.routableBounds)
+	want, skipped := a.heldRoutes(a.cfg.Cluster.remoteRoutes(a.cfg.Node, local, a.routableBounds))
 	rs := &a.routes
 	if slices.Equal(want, rs.applied) && time.Since(rs.syncedAt) < resyncEvery {
 		return
