@@ -155,10 +155,12 @@ func (n *node) primaryList(version string, podwire map[string]any) []byte {
 	return b
 }
 
-// podwireEntry is the podwire entry the harness uses, with extra keys.
+// podwireEntry is the podwire entry the harness uses, with extra keys
+// (claims checked on the node: the agent here has no API for the
+// cluster's).
 func (n *node) podwireEntry(extra map[string]any) map[string]any {
 	e := map[string]any{"type": "podwire", "stateDir": n.StateDir(), "logFile": n.LogFile(),
-		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true}}
+		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true}, "claimScope": "node"}
 	for k, v := range extra {
 		e[k] = v
 	}

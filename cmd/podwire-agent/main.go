@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -104,6 +105,10 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	var un *agent.Uninstall
 	if *uninstall {
 		ns, name, err := agent.ParseDaemonSet(*daemonSet)
@@ -122,6 +127,7 @@ func run(logp **slog.Logger) error {
 		Chain:        agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 		Uninstall:    un,
+		Claims:       agent.NewClaims(dyn, *node, log),
 		StartupTaint: *startupTaint, Nodes: core,
 		UnknownInterfaces: *unknownIfs,
 	}, md, core, log)

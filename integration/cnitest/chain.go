@@ -93,13 +93,16 @@ func (c Chain) List() (*libcni.NetworkConfigList, error) {
 }
 
 // PodwireEntry is podwire's conflist entry with the runtime capability for
-// annotations, the given state dir and log file, then extra keys.
+// annotations, the given state dir and log file, claims checked on the node
+// (claimScope "node": these nodes have no API for the cluster's), then extra
+// keys.
 func PodwireEntry(stateDir, logFile string, extra map[string]any) map[string]any {
 	e := map[string]any{
 		"type":         "podwire",
 		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": true},
 		"stateDir":     stateDir,
 		"logFile":      logFile,
+		"claimScope":   "node",
 	}
 	for k, v := range extra {
 		e[k] = v

@@ -83,6 +83,9 @@ type Config struct {
 	// the node, and how old the record must be, before the record is
 	// collected (collect.go; default 60 s).
 	CollectGrace time.Duration
+	// Claims holds the node's pods' claims across the cluster (claims.go);
+	// nil: the agent answers every claim with CNI error 11.
+	Claims *Claims
 	// Uninstall, when set (the chart's cni.uninstall), takes podwire out of
 	// the node when the agent's stop is an uninstall (uninstall.go); nil:
 	// stopping changes nothing on the node.
@@ -203,6 +206,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.cfg.Uninstall != nil {
 		go a.cfg.Uninstall.Run(ctx)
+	}
+	if a.cfg.Claims != nil {
+		go a.runClaims(ctx)
 	}
 	// A change to a link of the VLAN wiring (a port's VLAN removed, the
 	// uplink taken off the bridge) is repaired at once, not at the tick:

@@ -162,7 +162,7 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 }
 
 // ops are the socket ops counted by name; any other is "unknown".
-var ops = []string{agentapi.OpPod, agentapi.OpStatus, agentapi.OpRefusal, agentapi.OpNamespace}
+var ops = []string{agentapi.OpPod, agentapi.OpStatus, agentapi.OpRefusal, agentapi.OpNamespace, agentapi.OpClaim, agentapi.OpRelease}
 
 // refusalReasons are the values of podwire_refusals_total's reason: the
 // agent's own and the plugin's.

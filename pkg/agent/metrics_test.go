@@ -97,8 +97,8 @@ func TestMetricsObserve(t *testing.T) {
 			t.Errorf("errors{op=%s} = %v, want %v", tc.op, v, tc.errs)
 		}
 	}
-	if n := testutil.CollectAndCount(m.requests); n != 5 {
-		t.Errorf("%d request series, want 5 (pod, status, refusal, namespace, unknown)", n)
+	if n := testutil.CollectAndCount(m.requests); n != 7 {
+		t.Errorf("%d request series, want 7 (pod, status, refusal, namespace, claim, release, unknown)", n)
 	}
 	if probs, err := testutil.GatherAndLint(m.reg); err != nil || len(probs) > 0 {
 		t.Errorf("promlint: %v %+v", err, probs)

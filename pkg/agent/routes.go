@@ -100,7 +100,9 @@ type routeSync struct {
 	// synced from, at syncedAt.
 	accepted     []NodePrefix
 	appliedLocal []netip.Prefix
-	syncedAt     time.Time
+	// heldVersion is the routes' ClaimPool's resourceVersion then.
+	heldVersion string
+	syncedAt    time.Time
 	// bounds is routableBounds' memory.
 	bounds boundsMemo
 }
@@ -266,15 +268,18 @@ func (a *Agent) syncRoutes(ctx context.Context) {
 	}
 	accepted, refused := a.cfg.Cluster.Accepted(a.cfg.Node, a.routableBounds)
 	a.setErr("node data", refusedError(refused))
+	// The routes' ClaimPool decides too (heldRoutes): a change of it alone
+	// (a claim landing after the Node's annotation) syncs at once.
+	held := a.claimsVersion()
 	rs := &a.routes
-	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && time.Since(rs.syncedAt) < resyncEvery {
+	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && held == rs.heldVersion && time.Since(rs.syncedAt) < resyncEvery {
 		return
 	}
-	want, skipped := a.cfg.Cluster.remoteRoutes(accepted, local)
+	want, skipped := a.heldRoutes(a.cfg.Cluster.remoteRoutes(accepted, local))
 	added, deleted, err := forwarding.SyncRemoteRoutes(want)
 	a.setErr("remote routes", err)
 	if err == nil {
-		rs.accepted, rs.appliedLocal, rs.syncedAt = accepted, local, time.Now()
+		rs.accepted, rs.appliedLocal, rs.heldVersion, rs.syncedAt = accepted, local, held, time.Now()
 	}
 	if len(added) > 0 || len(deleted) > 0 {
 		a.log.Info("routes to other nodes' forwarding pods synced", "added", added, "deleted", deleted, "skipped", skipped)

@@ -156,7 +156,7 @@ const MaxRefusalMessage = 1024
 // of refusal_tenancy.go included), RefusalOther last.
 var RefusalReasons = []string{RefusalForwardingNamespace, RefusalRoutablePrefixes,
 	RefusalAllowedVLANs, RefusalBadAnnotation, RefusalSourcePrefixes, RefusalVLANSubnets,
-	RefusalAddressHeld, RefusalRouteOverlap, RefusalOther}
+	RefusalAddressHeld, RefusalRouteOverlap, RefusalVRRPGroup, RefusalOther}
 
 // codeTryAgainLater is CNI error 11 (types.ErrTryAgainLater), without
 // importing the CNI library into the agent's protocol.
@@ -178,6 +178,10 @@ type Request struct {
 	// the agent records on the pod.
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Attachment ("containerID/ifname") and Claims are an OpClaim's (an
+	// OpRelease's: Attachment only), claims.go.
+	Attachment string  `json:"attachment,omitempty"`
+	Claims     []Claim `json:"claims,omitempty"`
 }
 
 // Response is what the agent answers. Code is 0 on success, else a CNI
@@ -189,7 +193,10 @@ type Response struct {
 	// Labels are an OpNamespace's answer: the namespace's labels.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Source is "informer" or "get" (for logs and tests).
-	Source string  `json:"source,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Reason is the gate (a Refusal* value) of an OpClaim refused with
+	// code 7.
+	Reason string  `json:"reason,omitempty"`
 	Code   uint    `json:"code,omitempty"`
 	Error  string  `json:"error,omitempty"`
 	Status *Status `json:"status,omitempty"`
@@ -228,7 +235,8 @@ type Status struct {
 // restarting, so the caller bounds the wait with ctx's deadline): the
 // connection, and the whole exchange when the connection broke before a
 // whole answer came (an agent ending in a DaemonSet rollout accepted it and
-// went; every request is a read, so asking again is safe). An agent whose
+// went; every request is a read or, OpClaim, idempotent for its
+// attachment, so asking again is safe). An agent whose
 // protocol versions do not overlap this build's is an *IncompatibleError.
 func Call(ctx context.Context, socket string, req Request) (*Response, error) {
 	req.Header = header(Proto)

@@ -41,6 +41,19 @@ const (
 	ProbeSNATPresetAzure = "azure"
 )
 
+// Values of claimScope.
+const (
+	// ClaimScopeCluster checks a claim against every node's: the plugin
+	// asks the node agent, which holds the cluster's claims in ClaimPool
+	// objects of the API (the agent's claims.go); no agent or no API, no
+	// claim (CNI error 11).
+	ClaimScopeCluster = "cluster"
+	// ClaimScopeNode checks a claim against this node's records only: for
+	// a node without the agent, whose pods share no segment or route with
+	// another node's.
+	ClaimScopeNode = "node"
+)
+
 // SupportedVersions are the CNI spec versions podwire answers to, oldest
 // first. 0.3.0 and 0.3.1 are there because the stock conflists of flannel
 // (kube-flannel.yml), Calico's install-cni and Cilium's chaining examples
@@ -78,6 +91,10 @@ type NetConf struct {
 	LogFileMaxAge     int    `json:"logFileMaxAge,omitempty"`
 	StateDir          string `json:"stateDir,omitempty"`
 	AgentSocket       string `json:"agentSocket,omitempty"`
+	// ClaimScope is where a pod's claims (podwire.io/routes,
+	// podwire.io/vlan-ips, podwire.io/vrrp) are checked against the other
+	// pods': ClaimScopeCluster (the default) or ClaimScopeNode.
+	ClaimScope string `json:"claimScope,omitempty"`
 	// Kubeconfig and NodeName are retired keys (the plugin makes no API
 	// call since the node agent): accepted with a warning and unused.
 	Kubeconfig   string      `json:"kubeconfig,omitempty"`
@@ -204,6 +221,9 @@ func Parse(stdin []byte) (*NetConf, error) {
 	if conf.AgentSocket == "" {
 		// Under stateDir: the DaemonSet mounts that one host directory.
 		conf.AgentSocket = filepath.Join(conf.StateDir, AgentSocketName)
+	}
+	if conf.ClaimScope == "" {
+		conf.ClaimScope = ClaimScopeCluster
 	}
 	if conf.Bridge == "" {
 		conf.Bridge = DefaultBridge

@@ -100,6 +100,9 @@ func (c *NetConf) validate() error {
 	if c.StateDir == "/" {
 		return Invalid("stateDir", c.StateDir, "must not be the root directory")
 	}
+	if c.ClaimScope != ClaimScopeCluster && c.ClaimScope != ClaimScopeNode {
+		return Invalid("claimScope", c.ClaimScope, "must be %q or %q", ClaimScopeCluster, ClaimScopeNode)
+	}
 	// Retired keys: a conflist written for an older podwire keeps working.
 	for _, p := range []struct{ key, val string }{{"kubeconfig", c.Kubeconfig}, {"nodeName", c.NodeName}} {
 		if p.val != "" {

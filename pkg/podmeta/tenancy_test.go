@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/vlan"
 	"github.com/podwire/podwire/pkg/vrrp"
@@ -104,7 +105,7 @@ func TestCheckClaims(t *testing.T) {
 		{Key: "c0/eth0", Pod: "team-a/p0", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
 		{Key: "c1/eth0", Pod: "nf-a/r0", Routes: []netip.Prefix{p("198.51.100.0/24")}},
 		{Key: "c9/eth0", Pod: "team-a/me", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.99")}},
-		{Key: "c3/eth0", Pod: "team-a/vr-a", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.20")},
+		{Key: "c3/eth0", Pod: "team-a/vr-a", Namespace: "team-a", Bridge: "podwire0", PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.20")},
 			VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100"), a("2001:db8::100")}}}},
 	}
 	for _, tc := range []struct {
@@ -123,7 +124,7 @@ func TestCheckClaims(t *testing.T) {
 			[]string{AnnotationRoutes, "198.51.100.128/25", "198.51.100.0/24", "nf-a/r0"}},
 		{"wider route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.0.0/16")}}, []string{"198.51.0.0/16", "nf-a/r0"}},
 		{"disjoint route", Claim{Key: "c2/eth0", Pod: "nf-a/r1", Routes: []netip.Prefix{p("198.51.101.0/24")}}, nil},
-		{"another member of the VRRP group", Claim{Key: "c4/eth0", Pod: "team-a/vr-b", Bridge: "podwire0", PVID: 100,
+		{"another member of the VRRP group", Claim{Key: "c4/eth0", Pod: "team-a/vr-b", Namespace: "team-a", Bridge: "podwire0", PVID: 100,
 			VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}}, nil},
 		{"a static address that is a virtual address", Claim{Key: "c4/eth0", Pod: "team-a/p4", Bridge: "podwire0", PVID: 100,
 			VLANIPs: []netip.Addr{a("192.0.2.100")}}, []string{AnnotationVLANIPs, "192.0.2.100", "VRID 7", "team-a/vr-a", "team-a/p4"}},
@@ -131,6 +132,8 @@ func TestCheckClaims(t *testing.T) {
 			VRRP: []vrrp.Group{{VRID: 9, VIPs: []netip.Addr{a("192.0.2.10")}}}}, []string{AnnotationVRRP, "192.0.2.10", "VRID 9", "team-a/p0"}},
 		{"a virtual address of another VRID", Claim{Key: "c4/eth0", Pod: "team-a/vr-c", Bridge: "podwire0", PVID: 100,
 			VRRP: []vrrp.Group{{VRID: 8, VIPs: []netip.Addr{a("2001:db8::100")}}}}, []string{AnnotationVRRP, "2001:db8::100", "VRID 7", "team-a/vr-a"}},
+		{"the VRRP group from another namespace", Claim{Key: "c4/eth0", Pod: "team-b/vr-x", Namespace: "team-b", Bridge: "podwire0", PVID: 100,
+			VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}}, []string{AnnotationVRRP, "VRID 7", "team-a/vr-a", "namespace team-a"}},
 		{"a virtual address, other VLAN", Claim{Key: "c4/eth0", Pod: "team-a/vr-c", Bridge: "podwire0", PVID: 101,
 			VRRP: []vrrp.Group{{VRID: 8, VIPs: []netip.Addr{a("192.0.2.10")}}}}, nil},
 	} {
@@ -202,6 +205,40 @@ func checkAdmission(t *testing.T, name string, err error, mention []string) {
 	for _, m := range mention {
 		if !strings.Contains(te.Msg, m) {
 			t.Errorf("%s: %q does not mention %s", name, te.Msg, m)
+		}
+	}
+}
+
+// TestClaimWire: a record's claim goes through the agent's wire form and
+// back unchanged but for the bridge (a VLAN is one segment across nodes);
+// a claim the wire cannot carry is an error.
+func TestClaimWire(t *testing.T) {
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	c := Claim{Key: "c1/net1", Pod: "nf-a/r", Namespace: "nf-a", Bridge: "podwire0", PVID: 100,
+		VLANIPs: []netip.Addr{a("192.0.2.10"), a("2001:db8::10")},
+		VRRP:    []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100"), a("2001:db8::100")}}, {VRID: 8, VIPs: []netip.Addr{a("192.0.2.101")}}},
+		Routes:  []netip.Prefix{p("198.51.100.0/24")}}
+	got, err := ClaimOfWire(c.Key, c.Pod, c.Namespace, c.Wire())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := c
+	want.Bridge = ""
+	if got.String() != want.String() || got.Namespace != want.Namespace {
+		t.Errorf("round trip: %s, want %s", got, want)
+	}
+	if (Claim{Bridge: "podwire0", VLANIPs: []netip.Addr{a("192.0.2.10")}}).Wire() != nil {
+		t.Error("an address without an access VLAN is claimed")
+	}
+	for _, bad := range [][]agentapi.Claim{
+		{{Kind: "prefix", Value: "198.51.100.0/24"}},
+		{{Kind: agentapi.ClaimAddress, Value: "192.0.2.10"}},
+		{{Kind: agentapi.ClaimVIP, Value: "192.0.2.10", VLAN: 100}},
+		{{Kind: agentapi.ClaimAddress, Value: "192.0.2.10", VLAN: 100}, {Kind: agentapi.ClaimAddress, Value: "192.0.2.11", VLAN: 101}},
+		{{Kind: agentapi.ClaimRoute, Value: "198.51.100.1"}},
+	} {
+		if _, err := ClaimOfWire("k", "p", "ns", bad); err == nil {
+			t.Errorf("%+v: no error", bad)
 		}
 	}
 }

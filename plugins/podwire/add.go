@@ -88,11 +88,20 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		}
 		return err
 	}
+	// Checked on this node: now against every node's (tenancy.go).
+	if err := s.claimCluster(plan.rec); err != nil {
+		unlockClaims()
+		if podmeta.RefusalGate(err) != "" {
+			return s.refused("", err)
+		}
+		return err
+	}
 	x := s.attach(plan.rec)
 	x.res, x.env = s.conf.Result, in.env
 	err = x.putFirst()
 	unlockClaims()
 	if err != nil {
+		x.releaseCluster()
 		return err
 	}
 	success := false
@@ -198,6 +207,8 @@ func (x *invocation) teardown() error {
 	if len(errs) == 0 {
 		if err := x.store.Delete(x.rec.ContainerID, x.rec.IfName); err != nil {
 			errs = append(errs, err)
+		} else {
+			x.releaseCluster()
 		}
 	}
 	return errors.Join(errs...)

@@ -73,12 +73,14 @@ func (n *testNode) wire(p testPod) {
 
 // conf is the podwire entry as a runtime sends it: ptp's prevResult (a host
 // veth and the pod's eth0) unless prev is false, the pod's annotations
-// unless nil, and the extra top-level keys.
+// unless nil, and the extra top-level keys. Claims are checked on the node
+// (claimScope "node": no agent here) unless extra says otherwise.
 func (n *testNode) conf(version string, p testPod, prev bool, extra map[string]any) []byte {
 	c := map[string]any{
 		"cniVersion": version, "name": "podnet", "type": "podwire", "stateDir": n.dir, "logFile": n.log,
 		"forwarding": map[string]any{"namespaces": []string{"nf-*"}, "routablePrefixes": []string{"198.51.100.0/24"}},
 		"egress":     map[string]any{"ips": []string{"203.0.113.10"}, "exceptCIDRs": []string{"10.199.0.0/16"}},
+		"claimScope": "node",
 	}
 	if prev {
 		c["prevResult"] = map[string]any{

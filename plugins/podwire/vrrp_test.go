@@ -48,13 +48,15 @@ func TestPlanVRRP(t *testing.T) {
 // TestPlanVRRPClaims: a VRRP group's virtual address is claimed on its
 // VLAN like a static address: another pod of the same group shares it, a
 // pod that takes it as its static address or for another VRID is refused,
-// and so is a VRRP pod whose neighbours' claims cannot be read.
+// so is a pod joining a group (VRID) that another namespace holds, and a
+// VRRP pod whose neighbours' claims cannot be read.
 func TestPlanVRRPClaims(t *testing.T) {
 	a := netip.MustParseAddr
 	bridge := config.DefaultBridge
 	held := []podmeta.Claim{
-		{Key: "c0/eth0", Pod: "nf-a/vr-a", Bridge: bridge, PVID: 100, VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}},
-		{Key: "c2/eth0", Pod: "nf-a/p0", Bridge: bridge, PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
+		{Key: "c0/eth0", Pod: "nf-a/vr-a", Namespace: "nf-a", Bridge: bridge, PVID: 100, VRRP: []vrrp.Group{{VRID: 7, VIPs: []netip.Addr{a("192.0.2.100")}}}},
+		{Key: "c2/eth0", Pod: "nf-a/p0", Namespace: "nf-a", Bridge: bridge, PVID: 100, VLANIPs: []netip.Addr{a("192.0.2.10")}},
+		{Key: "c5/eth0", Pod: "nf-b/vr-b", Namespace: "nf-b", Bridge: bridge, PVID: 100, VRRP: []vrrp.Group{{VRID: 9, VIPs: []netip.Addr{a("192.0.2.109")}}}},
 	}
 	for _, tc := range []struct {
 		name    string
@@ -70,6 +72,8 @@ func TestPlanVRRPClaims(t *testing.T) {
 			nodeEnv{held: held}, []string{"podwire.io/vrrp", "192.0.2.100", "VRID 7", "nf-a/vr-a"}},
 		{"a static address that is a virtual address", map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.100/24"},
 			nodeEnv{held: held}, []string{"podwire.io/vlan-ips", "192.0.2.100", "VRID 7", "nf-a/vr-a"}},
+		{"the group of another namespace", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "9=192.0.2.109"},
+			nodeEnv{held: held}, []string{"podwire.io/vrrp", "VRID 9", "nf-b/vr-b", "namespace nf-b"}},
 		{"records unreadable", map[string]string{"podwire.io/forwarding": "true", "podwire.io/vlan": "100", "podwire.io/vrrp": "7=192.0.2.100"},
 			nodeEnv{heldErr: errNoRecords}, []string{"cannot tell"}},
 	} {

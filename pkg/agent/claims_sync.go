@@ -1,0 +1,209 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/forwarding"
+	"github.com/podwire/podwire/pkg/podmeta"
+	"github.com/podwire/podwire/pkg/state"
+)
+
+// The claims' reconciler. A release can be lost (the plugin's DEL does not
+// wait for an absent agent; a node dies with its pods), and a claim can
+// outlive its ADD (the plugin killed between the claim and its record). So
+// each agent, every claimSyncEvery:
+//
+//   - releases its own node's entries whose attachment has no record in
+//     stateDir, once they are older than claimGrace (the claim is made
+//     before the record is written), and never after a failed read of the
+//     records;
+//   - releases the entries of Nodes that no longer exist (the Node
+//     informer synced and without them);
+//   - claims again what a record of its node holds and the pools lack
+//     (pools deleted or edited by hand), and reports a record whose claim
+//     another attachment holds now.
+
+// claimGrace is how long an entry without a record is left alone: longer
+// than an ADD takes from its claim to its record.
+const claimGrace = time.Minute
+
+// claimSyncEvery is the reconciler's period.
+const claimSyncEvery = 30 * time.Second
+
+// Sync runs the reconciler once over the records of stateDir; gone reports
+// whether a Node is known not to exist (nil: none is). It logs what it
+// released and claimed, and returns what failed.
+func (c *Claims) Sync(ctx context.Context, stateDir string, gone func(node string) bool) error {
+	recs, recErr := state.New(stateDir).List()
+	recorded := map[string]*state.Record{}
+	for _, r := range recs {
+		recorded[r.Key()] = r
+	}
+	list, err := c.pools.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("failed to list the ClaimPools: %w", err)
+	}
+	now := c.now()
+	stale := func(e claimEntry) bool {
+		if e.Node != c.node {
+			return gone != nil && gone(e.Node)
+		}
+		if recErr != nil || recorded[e.Attachment] != nil {
+			return false
+		}
+		since, err := time.Parse(time.RFC3339, e.Since)
+		return err != nil || now.Sub(since) > claimGrace
+	}
+	var errs []error
+	if recErr != nil {
+		errs = append(errs, fmt.Errorf("records unreadable, no claim of this node released: %w", recErr))
+	}
+	held := map[string]map[agentapi.Claim]bool{}
+	for _, o := range list.Items {
+		pool, err := decodePool(&o)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if slices.ContainsFunc(pool.Spec.Entries, stale) {
+			dropped, err := c.releaseIn(ctx, o.GetName(), stale)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if len(dropped) > 0 {
+				c.log.Warn("stale claims released: their attachment has no record on its node, or their node is gone",
+					"pool", o.GetName(), "released", describeEntries(dropped))
+			}
+		}
+		for _, e := range pool.Spec.Entries {
+			if e.Node == c.node {
+				if held[e.Attachment] == nil {
+					held[e.Attachment] = map[agentapi.Claim]bool{}
+				}
+				held[e.Attachment][e.wire(vlanOf(o.GetName()))] = true
+			}
+		}
+	}
+	for _, r := range recs {
+		if !r.Complete {
+			continue // its ADD is under way, and claimed first
+		}
+		want := podmeta.ClaimOf(r).Wire()
+		if !slices.ContainsFunc(want, func(w agentapi.Claim) bool { return !held[r.Key()][w] }) {
+			continue
+		}
+		resp := c.Claim(ctx, agentapi.Request{Op: agentapi.OpClaim, Namespace: r.PodNamespace, Name: r.PodName, UID: r.PodUID,
+			Attachment: r.Key(), Claims: want})
+		if resp.Code != 0 {
+			errs = append(errs, fmt.Errorf("pod %s holds claims the ClaimPools lack, and claiming them again failed: %s", r.PodRef(), resp.Error))
+			continue
+		}
+		c.log.Warn("claims of a recorded attachment were missing from the ClaimPools: claimed again", "pod", r.PodRef(), "attachment", r.Key())
+	}
+	return errors.Join(errs...)
+}
+
+// gone reports whether the informer has synced and holds no Node name.
+func (c *ClusterNodes) gone(name string) bool {
+	if !c.Synced() {
+		return false
+	}
+	_, exists, err := c.informer.GetStore().GetByKey(name)
+	return err == nil && !exists
+}
+
+// runClaims runs the informer of the routes' pool, and the claims'
+// reconciler every claimSyncEvery until ctx ends, while this agent owns the
+// node.
+func (a *Agent) runClaims(ctx context.Context) {
+	go a.cfg.Claims.routes.Run(ctx.Done())
+	t := time.NewTicker(claimSyncEvery)
+	defer t.Stop()
+	// At once, then at each tick: after an upgrade from a release without
+	// ClaimPools, the other nodes route this node's prefixes only once
+	// its records' claims are in the pool.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		if a.superseded() {
+			continue
+		}
+		var gone func(string) bool
+		if a.cfg.Cluster != nil {
+			gone = a.cfg.Cluster.gone
+		}
+		cctx, cancel := context.WithTimeout(ctx, claimSyncEvery)
+		a.setErr("cluster claims", a.cfg.Claims.Sync(cctx, a.cfg.StateDir, gone))
+		cancel()
+	}
+}
+
+// handleClaims answers an OpClaim or OpRelease of the plugin.
+func (a *Agent) handleClaims(ctx context.Context, req agentapi.Request) *agentapi.Response {
+	if a.cfg.Claims == nil {
+		return &agentapi.Response{Code: 11, Error: "this agent holds no cluster-wide claims (no API client)"}
+	}
+	if req.Op == agentapi.OpRelease {
+		return a.cfg.Claims.Release(ctx, req.Attachment)
+	}
+	resp := a.cfg.Claims.Claim(ctx, req)
+	if resp.Code != 0 {
+		a.log.Info("claim not granted", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "attachment", req.Attachment,
+			"code", resp.Code, "reason", resp.Reason, "error", resp.Error)
+	}
+	return resp
+}
+
+// heldRoutes keeps of want (remoteRoutes') the routes whose prefix the
+// ClaimPool routes holds for a pod of the route's node: the pool, checked
+// for overlap across the cluster at each ADD, decides who serves a prefix;
+// a Node's annotation alone (anyone who may patch Nodes can write it) does
+// not. What it leaves out is added to skipped. Without Claims (no API
+// client), want is kept whole.
+func (a *Agent) heldRoutes(want []forwarding.RemoteRoute, skipped []string) ([]forwarding.RemoteRoute, []string) {
+	if a.cfg.Claims == nil {
+		return want, skipped
+	}
+	kept := want[:0:0]
+	for _, r := range want {
+		held, err := a.cfg.Claims.RouteHeld(r.Node, r.Dst)
+		switch {
+		case err != nil:
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", r.Dst, r.Node, err))
+		case !held:
+			skipped = append(skipped, fmt.Sprintf("%s of node %s: not held by a pod of that node in ClaimPool %s", r.Dst, r.Node, routesPool))
+		default:
+			kept = append(kept, r)
+		}
+	}
+	return kept, skipped
+}
+
+// claimsVersion is the resourceVersion of the routes' ClaimPool as the
+// informer holds it ("" without Claims or before it is listed).
+func (a *Agent) claimsVersion() string {
+	if a.cfg.Claims == nil {
+		return ""
+	}
+	o, ok, err := a.cfg.Claims.routes.GetStore().GetByKey(routesPool)
+	if err != nil || !ok {
+		return ""
+	}
+	if u, isU := o.(*unstructured.Unstructured); isU {
+		return u.GetResourceVersion()
+	}
+	return ""
+}
