@@ -320,6 +320,26 @@ func TestClosedByDefault(t *testing.T) {
 	sink, to := listen(t, receiver, 7405)
 	forged := netip.MustParseAddr("10.244.1.251")
 
+	// A pod podwire wired on node 2 and deleted while podwire is out of its
+	// chain would leave its record behind (its DEL runs without podwire):
+	// TestStartupTaint's early Deployment, which NoExecute would evict
+	// from node 2, has no pod during this test.
+	if strings.Contains(kubectl(t, "", "-n", "default", "get", "deployment", "--ignore-not-found", "-o", "name"), "deployment.apps/early") {
+		kubectl(t, "", "-n", "default", "scale", "deployment", "early", "--replicas=0")
+		t.Cleanup(func() { kubectl(t, "", "-n", "default", "scale", "deployment", "early", "--replicas=1") })
+		for {
+			phases, err := podPhases(ctx, "default", "app=early")
+			if err == nil && len(phases) == 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the early Deployment's pod is still there: %v %v", phases, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	waitNoAttachments(t, ctx, n2)
+
 	// Node 2 as if just registered: no agent, flannel's conflist as its
 	// installer writes it. The cleanups run in reverse: the agent comes
 	// back last, and puts podwire back into the chain.
@@ -460,38 +480,43 @@ func boundPod(t *testing.T, ctx context.Context, name string, n *cluster.Node, t
 }
 
 // refusedByKubelet creates boundPodManifest's pod (no tolerations) and
-// waits until node n's kubelet has refused it: phase Failed, and no
-// sandbox on n.
+// waits until it is refused on node n: failed by the kubelet's admission
+// or deleted by the taint eviction controller, whichever comes first, and
+// never a sandbox on n.
 func refusedByKubelet(t *testing.T, ctx context.Context, name string, n *cluster.Node) {
 	t.Helper()
 	t.Cleanup(func() {
 		kubectl(t, "", "delete", "pod", "-n", "default", name, "--ignore-not-found", "--wait=true", "--timeout=90s")
 	})
-	kubectl(t, boundPodManifest(name, n, false), "create", "-f", "-")
-	var p struct {
-		Metadata struct{ UID string }
-		Status   struct{ Phase, Reason, Message string }
-	}
-	for {
+	uid := kubectl(t, boundPodManifest(name, n, false), "create", "-f", "-", "-o", "jsonpath={.metadata.uid}")
+	var how string
+	for how == "" {
+		var p struct {
+			Metadata struct{ UID string }
+			Status   struct{ Phase, Reason, Message string }
+		}
 		b, err := c.API(ctx, "GET", "/api/v1/namespaces/default/pods/"+name, nil)
-		if err != nil {
+		switch {
+		case err != nil && strings.Contains(err.Error(), "404"):
+			how = "deleted by the taint eviction controller"
+		case err != nil:
 			t.Fatal(err)
-		}
-		if err := json.Unmarshal(b, &p); err != nil {
-			t.Fatal(err)
-		}
-		if p.Status.Phase == "Failed" {
-			break
-		}
-		if p.Status.Phase == "Running" || ctx.Err() != nil {
+		case json.Unmarshal(b, &p) != nil:
+			t.Fatalf("pod %s: %s", name, b)
+		case p.Metadata.UID != uid:
+			how = "deleted by the taint eviction controller"
+		case p.Status.Phase == "Failed":
+			how = fmt.Sprintf("refused by the kubelet: %s, %s", p.Status.Reason, p.Status.Message)
+		case p.Status.Phase == "Running" || ctx.Err() != nil:
 			t.Fatalf("pod %s bound to %s under %s:NoExecute: phase %q", name, n.Name, startupTaint, p.Status.Phase)
+		default:
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
-	if s, err := n.Sandboxes(ctx, p.Metadata.UID); err != nil || len(s) != 0 {
-		t.Fatalf("pod %s refused, yet %s has its sandboxes %v (%v)", name, n.Name, s, err)
+	if s, err := n.Sandboxes(ctx, uid); err != nil || len(s) != 0 {
+		t.Fatalf("pod %s %s, yet %s has its sandboxes %v (%v)", name, how, n.Name, s, err)
 	}
-	t.Logf("pod %s, bound to %s by name under %s:NoExecute: %s, %s (no sandbox)", name, n.Name, startupTaint, p.Status.Reason, p.Status.Message)
+	t.Logf("pod %s, bound to %s by name under %s:NoExecute: %s; no sandbox", name, n.Name, startupTaint, how)
 }
 
 // forge sends from p's netns three datagrams forged from forged to the
