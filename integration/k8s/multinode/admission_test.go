@@ -100,7 +100,7 @@ func (u *asUser) denied(t *testing.T, what, policy string, want []string, args .
 }
 
 // agentToken reads, as root on node n, the ServiceAccount token the kubelet
-// projected into n's podwire-agent pod.
+// projected into n's podwire-agent pod (its kube-api-access volume).
 func agentToken(t *testing.T, n *cluster.Node) string {
 	t.Helper()
 	uids := strings.Fields(kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
@@ -108,13 +108,12 @@ func agentToken(t *testing.T, n *cluster.Node) string {
 	if len(uids) == 0 {
 		t.Fatalf("no podwire-agent pod runs on %s", n.Name)
 	}
-	files, err := filepath.Glob(n.Path("/var/lib/kubelet/pods/" + uids[0] + "/volumes/kubernetes.io~projected/*/token"))
-	if err != nil || len(files) != 1 {
-		t.Fatalf("%s: the agent pod %s's token: %v %v", n.Name, uids[0], files, err)
-	}
-	b, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
+	// The kubelet mounts the projected volume (a tmpfs) in the node's mount
+	// namespace: read it there, as root on the node.
+	b, err := n.Command(context.Background(), "sh", "-c",
+		"cat /var/lib/kubelet/pods/"+uids[0]+"/volumes/kubernetes.io~projected/*/token").Output()
+	if err != nil || len(b) == 0 {
+		t.Fatalf("%s: the agent pod %s's token: %v", n.Name, uids[0], err)
 	}
 	return strings.TrimSpace(string(b))
 }
