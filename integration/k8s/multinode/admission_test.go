@@ -213,8 +213,12 @@ func TestAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	kubectl(t, "", "label", "node", n2.Name, "podwire-test/attack-")
 	kubectl(t, string(restore), "create", "-f", "-")
 	restored = true
+	// A new value each try: kubectl sends no patch for a label already set
+	// (one set before the binding took effect again).
+	try := 0
 	if err := cnitest.Eventually(20*time.Second, func() error {
-		out, err := agent.run(label...)
+		try++
+		out, err := agent.run("label", "--overwrite", "node", n2.Name, fmt.Sprintf("podwire-test/attack=%d", try))
 		if err == nil || !strings.Contains(err.Error(), agentNodePolicy) {
 			return fmt.Errorf("labelled %s: %v %s", n2.Name, err, out)
 		}
