@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -57,8 +58,9 @@ func run(logp **slog.Logger) error {
 	uninstall := flag.Bool("cni-uninstall", false, "when the agent's stop is an uninstall (its DaemonSet --daemonset is gone), take podwire out of the chain, and out of the node with the last DEL")
 	daemonSet := flag.String("daemonset", "", "the agent's own DaemonSet as NAMESPACE/NAME, which --cni-uninstall watches")
 	hostConfDir := flag.String("host-cni-conf-dir", "", "the node's path of --cni-conf-dir when the agent sees it elsewhere (a hostPath mount): the uninstall marker names the node's paths (empty: --cni-conf-dir)")
-	startupTaint := flag.String("startup-taint", agent.DefaultStartupTaint, "key of the node's startup taint (NoSchedule), removed once the agent is Ready and put back while podwire is out of the runtime's chain (empty: leave taints alone)")
-	unknownIfs := flag.String("unknown-interfaces", agent.UnknownReport, "pod interfaces without a podwire record (pods wired while podwire was out of the chain): report (status, metric, Node Event) or drop (also check their sources: a routed veth only from the addresses the node routes to it, a bridge port from none)")
+	startupTaint := flag.String("startup-taint", agent.DefaultStartupTaint, "key of the node's startup taint, removed (whatever its effect) once the agent is Ready and put back while podwire is out of the runtime's chain (empty: leave taints alone)")
+	taintEffect := flag.String("startup-taint-effect", string(corev1.TaintEffectNoSchedule), "the effect the startup taint is put back with: NoSchedule (new pods kept off) or NoExecute (also evicts the node's pods that do not tolerate it)")
+	unknownIfs := flag.String("unknown-interfaces", agent.UnknownDrop, "pod interfaces without a podwire record (pods wired while podwire was out of the chain): drop (reported, and their sources checked: a routed veth only from the addresses the node routes to it, a bridge port from none) or report (status, metric, Node Event only)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig for running outside a pod (default: the in-cluster config)")
 	showVersion := flag.Bool("version", false, "print the version, the commit and the agent protocol, and exit")
 	flag.Parse()
@@ -75,6 +77,9 @@ func run(logp **slog.Logger) error {
 		if err := config.ValidateLabelKey(*startupTaint); err != nil {
 			return fmt.Errorf("invalid --startup-taint: %w", err)
 		}
+	}
+	if e := corev1.TaintEffect(*taintEffect); e != corev1.TaintEffectNoSchedule && e != corev1.TaintEffectNoExecute {
+		return fmt.Errorf("invalid --startup-taint-effect %q: NoSchedule or NoExecute", *taintEffect)
 	}
 	if *unknownIfs != agent.UnknownReport && *unknownIfs != agent.UnknownDrop {
 		return fmt.Errorf("invalid --unknown-interfaces %q: report or drop", *unknownIfs)
@@ -128,7 +133,7 @@ func run(logp **slog.Logger) error {
 		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
 		Uninstall:    un,
 		Claims:       agent.NewClaims(dyn, *node, log),
-		StartupTaint: *startupTaint, Nodes: core,
+		StartupTaint: *startupTaint, StartupTaintEffect: corev1.TaintEffect(*taintEffect), Nodes: core,
 		UnknownInterfaces: *unknownIfs,
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

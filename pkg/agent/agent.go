@@ -40,6 +40,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/google/nftables"
+	corev1 "k8s.io/api/core/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 
@@ -75,7 +76,11 @@ type Config struct {
 	// back while podwire is out of the runtime's chain; "" or a nil Nodes:
 	// the agent leaves taints alone.
 	StartupTaint string
-	Nodes        corev1client.NodesGetter
+	// StartupTaintEffect is the effect the agent puts the startup taint
+	// back with (empty: NoSchedule). It removes the taint whatever its
+	// effect: nodes are registered with NoExecute.
+	StartupTaintEffect corev1.TaintEffect
+	Nodes              corev1client.NodesGetter
 	// UnknownInterfaces is what the agent does about pod interfaces without
 	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
 	UnknownInterfaces string

@@ -14,17 +14,18 @@ import (
 // The startup taint: the scheduler keeps pods off a node that carries it
 // until podwire is in the chain the runtime reads there, so that no pod
 // starts unchecked (the source check's rule passes interfaces podwire never
-// wired). Nodes are registered with it (the kubelet's
-// --register-with-taints=KEY=:NoSchedule, kubeadm's
-// nodeRegistration.taints), as Cilium's node.cilium.io/agent-not-ready;
-// the agent removes it once Ready and puts it back while podwire is out of
-// that chain (the chain's sync fails, or the runtime reads another file:
-// InUse). The kubelet checks NoExecute taints only, so pods bound to the
-// node by name (DaemonSets, static pods) still start: the DaemonSets a node
-// needs before podwire (its primary, kube-proxy, podwire's own) tolerate
-// it or every taint.
+// wired). Nodes are registered with it as NoExecute (the kubelet's
+// --register-with-taints=KEY=:NoExecute, kubeadm's
+// nodeRegistration.taints), as Cilium recommends for its
+// node.cilium.io/agent-not-ready: the kubelet admits against NoExecute
+// taints only, so with NoSchedule a pod bound to the node by name would
+// start before podwire is in the chain. The DaemonSets a node needs before
+// podwire (its primary, kube-proxy, podwire's own) tolerate it or every
+// taint. The agent removes it, whatever its effect, once Ready, and puts it
+// back with Config.StartupTaintEffect while podwire is out of that chain
+// (the chain's sync fails, or the runtime reads another file: InUse).
 
-// DefaultStartupTaint is the startup taint's key (effect NoSchedule).
+// DefaultStartupTaint is the startup taint's key.
 const DefaultStartupTaint = "podwire.io/agent-not-ready"
 
 // taintState is what the agent last made of its Node's startup taint.
@@ -92,11 +93,12 @@ func (a *Agent) syncTaint(ctx context.Context) {
 	}
 }
 
-// setTaint makes the Node carry the startup taint (NoSchedule) or not, by
-// a JSON patch of spec.taints that tests the resourceVersion it read, so a
-// concurrent change of the taints (the node lifecycle controller's) fails
-// it rather than being lost; the next tick tries again. rv is the Node's
-// resourceVersion after it.
+// setTaint makes the Node carry the startup taint (of any effect; added
+// with Config.StartupTaintEffect) or not, by a JSON patch of spec.taints
+// that tests the resourceVersion it read, so a concurrent change of the
+// taints (the node lifecycle controller's) fails it rather than being
+// lost; the next tick tries again. rv is the Node's resourceVersion after
+// it.
 func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string, err error) {
 	node, err := a.cfg.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
 	if err != nil {
@@ -108,7 +110,11 @@ func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string,
 		return false, node.ResourceVersion, nil
 	}
 	if on {
-		taints = append(taints, corev1.Taint{Key: a.cfg.StartupTaint, Effect: corev1.TaintEffectNoSchedule})
+		effect := a.cfg.StartupTaintEffect
+		if effect == "" {
+			effect = corev1.TaintEffectNoSchedule
+		}
+		taints = append(taints, corev1.Taint{Key: a.cfg.StartupTaint, Effect: effect})
 	}
 	if taints == nil {
 		taints = []corev1.Taint{}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -160,6 +162,8 @@ type objects struct {
 	namespaces []corev1.Namespace
 	configMaps map[string]corev1.ConfigMap
 	ds         appsv1.DaemonSet
+	policies   map[string]admissionv1.ValidatingAdmissionPolicy
+	bindings   map[string]admissionv1.ValidatingAdmissionPolicyBinding
 	other      []string // kinds of the rest
 	namespaced []string // "Kind/name namespace" of every namespaced object
 	rendered   map[string]string
@@ -167,7 +171,8 @@ type objects struct {
 
 func parse(t *testing.T, rendered map[string]string) *objects {
 	t.Helper()
-	o := &objects{configMaps: map[string]corev1.ConfigMap{}, rendered: rendered}
+	o := &objects{configMaps: map[string]corev1.ConfigMap{}, rendered: rendered,
+		policies: map[string]admissionv1.ValidatingAdmissionPolicy{}, bindings: map[string]admissionv1.ValidatingAdmissionPolicyBinding{}}
 	for name, text := range rendered {
 		if filepath.Ext(name) != ".yaml" {
 			continue
@@ -200,6 +205,14 @@ func parse(t *testing.T, rendered map[string]string) *objects {
 				o.configMaps[cm.Name] = cm
 			case "DaemonSet":
 				err = yaml.UnmarshalStrict([]byte(doc), &o.ds)
+			case "ValidatingAdmissionPolicy":
+				var p admissionv1.ValidatingAdmissionPolicy
+				err = yaml.UnmarshalStrict([]byte(doc), &p)
+				o.policies[p.Name] = p
+			case "ValidatingAdmissionPolicyBinding":
+				var b admissionv1.ValidatingAdmissionPolicyBinding
+				err = yaml.UnmarshalStrict([]byte(doc), &b)
+				o.bindings[b.Name] = b
 			default:
 				o.other = append(o.other, meta.Kind)
 			}
@@ -236,6 +249,64 @@ func (o *objects) checksum() string {
 }
 
 func sha(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) }
+
+// policy returns the ValidatingAdmissionPolicy name, checking that its
+// binding denies what it refuses.
+func (o *objects) policy(t *testing.T, name string) admissionv1.ValidatingAdmissionPolicy {
+	t.Helper()
+	p, ok := o.policies[name]
+	if !ok {
+		t.Fatalf("no ValidatingAdmissionPolicy %s (have %v)", name, slices.Sorted(maps.Keys(o.policies)))
+	}
+	b, ok := o.bindings[name]
+	if !ok || b.Spec.PolicyName != name || !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding %s: %+v, want one of policy %s with [Deny]", name, b.Spec, name)
+	}
+	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("policy %s: failurePolicy %v, want Fail", name, p.Spec.FailurePolicy)
+	}
+	return p
+}
+
+// expression is the CEL expression of p's variable or match condition
+// name ("" when none).
+func expression(p admissionv1.ValidatingAdmissionPolicy, name string) string {
+	for _, v := range p.Spec.Variables {
+		if v.Name == name {
+			return v.Expression
+		}
+	}
+	for _, m := range p.Spec.MatchConditions {
+		if m.Name == name {
+			return m.Expression
+		}
+	}
+	return ""
+}
+
+// checkPolicies checks the two policies of an install in namespace ns,
+// whose startup taint is taint, whose namespace label admins are admins
+// (a CEL list) and whose guarded label keys are keys (a CEL list).
+func checkPolicies(t *testing.T, o *objects, ns, taint, admins, keys string) {
+	t.Helper()
+	node := o.policy(t, "podwire-agent-node")
+	if got, want := expression(node, "podwire-agent"), "request.userInfo.username == 'system:serviceaccount:"+ns+":podwire-agent'"; got != want {
+		t.Errorf("podwire-agent-node matches %q, want %q", got, want)
+	}
+	if got := expression(node, "taints"); !strings.Contains(got, "t.key != '"+taint+"'") {
+		t.Errorf("podwire-agent-node's taints %q: want every taint but %s compared", got, taint)
+	}
+	if got := expression(node, "boundNode"); !strings.Contains(got, "request.userInfo.extra['authentication.kubernetes.io/node-name']") {
+		t.Errorf("podwire-agent-node's boundNode %q: want the token's node-name extra", got)
+	}
+	labels := o.policy(t, "podwire-namespace-labels")
+	if got, want := expression(labels, "not-a-namespace-label-admin"), "!request.userInfo.groups.exists(g, g in "+admins+")"; got != want {
+		t.Errorf("podwire-namespace-labels matches %q, want %q", got, want)
+	}
+	if got := expression(labels, "keys"); got != keys {
+		t.Errorf("podwire-namespace-labels guards %s, want %s", got, keys)
+	}
+}
 
 const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
@@ -299,6 +370,33 @@ func TestRender(t *testing.T) {
 			if ref := o.env(t, "PODWIRE_CONFIG").ValueFrom.ConfigMapKeyRef; ref.Name != "podwire-config" || ref.Key != "entry" || ref.Optional != nil {
 				t.Errorf("PODWIRE_CONFIG from %+v, want the chart's ConfigMap, required", ref)
 			}
+			// Closed by default: unknown interfaces dropped, the taint put
+			// back NoSchedule, both admission policies on.
+			for _, a := range []string{"--unknown-interfaces=drop", "--startup-taint=podwire.io/agent-not-ready", "--startup-taint-effect=NoSchedule"} {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %v lack %s", c.Args, a)
+				}
+			}
+			checkPolicies(t, o, "podwire-system", "podwire.io/agent-not-ready", `["system:masters"]`, `[]`)
+		},
+	}, {
+		name: "admission policies off",
+		set:  []string{`admissionPolicies={"agentNode":false,"namespaceLabels":false,"namespaceLabelAdmins":["system:masters"],"namespaceLabelKeys":[]}`},
+		check: func(t *testing.T, o *objects) {
+			if len(o.policies) != 0 || len(o.bindings) != 0 {
+				t.Errorf("policies %v and bindings %v rendered with both off", slices.Sorted(maps.Keys(o.policies)), slices.Sorted(maps.Keys(o.bindings)))
+			}
+		},
+	}, {
+		name: "guarded label keys from every selector",
+		set: []string{
+			`config.forwarding.namespaceSelector={"matchLabels":{"nf":"true","kubernetes.io/metadata.name":"edge"}}`,
+			`config.vlanGrants=[{"vlans":"100","namespaceSelector":{"matchExpressions":[{"key":"team","operator":"In","values":["a"]}]}},{"vlans":"101","namespaces":["b"]},{"vlans":"102","namespaceSelector":{"matchLabels":{"nf":"true"}}}]`,
+			`admissionPolicies.namespaceLabelKeys=["example.com/zone"]`,
+			`admissionPolicies.namespaceLabelAdmins=["system:masters","platform"]`,
+		},
+		check: func(t *testing.T, o *objects) {
+			checkPolicies(t, o, "podwire-system", "podwire.io/agent-not-ready", `["system:masters","platform"]`, `["example.com/zone","nf","team"]`)
 		},
 	}, {
 		name:  "plain manifests",
@@ -446,6 +544,12 @@ func TestRender(t *testing.T) {
 			if p := c.LivenessProbe.HTTPGet.Port.IntValue(); p != 19765 {
 				t.Errorf("liveness probe port %d", p)
 			}
+			for _, a := range []string{"--unknown-interfaces=report", "--startup-taint=example.com/not-ready", "--startup-taint-effect=NoExecute"} {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %v lack %s", c.Args, a)
+				}
+			}
+			checkPolicies(t, o, "podwire-test", "example.com/not-ready", `["system:masters","platform-admins"]`, `["podwire.io/forwarding","team","tier"]`)
 			paths := map[string]string{}
 			for _, v := range spec.Volumes {
 				paths[v.Name] = v.HostPath.Path
@@ -507,6 +611,13 @@ func TestRefused(t *testing.T) {
 		{`config.extra={"uplink":"eth1"}`, "config.uplink"},
 		{`image.digest="0123"`, "digest"},
 		{`cni.chainMode="append"`, "chainMode"},
+		{`startupTaintEffect="PreferNoSchedule"`, "startupTaintEffect"},
+		{`startupTaint="not a key"`, "startupTaint"},
+		{`unknownInterfaces="ignore"`, "unknownInterfaces"},
+		{`admissionPolicies.namespaceLabelAdmins=[]`, "namespaceLabelAdmins"},
+		{`admissionPolicies.namespaceLabelAdmins=["o'brien"]`, "namespaceLabelAdmins"},
+		{`admissionPolicies.namespaceLabelKeys=["a b"]`, "namespaceLabelKeys"},
+		{`admissionPolicies.nodes=true`, "nodes"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, _, err := render(chartPath, nil, []string{tc.set})

@@ -63,8 +63,18 @@ func (c *Cluster) InstallFlannel(ctx context.Context, image string) error {
 	if c.opts.Primary != PrimaryNone {
 		return fmt.Errorf("flannel needs Primary %q (podCIDRs allocated, no conflist of Start's)", PrimaryNone)
 	}
+	// The primary starts before anything that waits for the node's
+	// registration taints to go (podwire's startup taint, NoExecute), so
+	// it tolerates them, as an operator's primary must.
+	var tolerations []string
+	for _, t := range c.opts.RegisterTaints {
+		key, rest, _ := strings.Cut(t, "=")
+		_, effect, _ := strings.Cut(rest, ":")
+		tolerations = append(tolerations, fmt.Sprintf("      - {key: %q, operator: Exists, effect: %s}", key, effect))
+	}
 	m, err := renderAddon("kube-flannel.yml", map[string]string{
 		"FLANNEL_IMAGE": image, "CLUSTER_CIDR": ClusterCIDR.String(), "CLUSTER_CIDR6": ClusterCIDR6.String(),
+		"REGISTER_TOLERATIONS": strings.Join(tolerations, "\n"),
 	})
 	if err != nil {
 		return err

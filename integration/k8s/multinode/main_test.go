@@ -70,15 +70,15 @@ func egressIPs(i int) (netip.Addr, netip.Addr) {
 }
 
 // suite starts the run's cluster: nodes nodes registered with the startup
-// taint, no primary (flannel is an add-on), dual stack; setUp installs the
-// rest.
+// taint as NoExecute (the README's advice), no primary (flannel is an
+// add-on), dual stack; setUp installs the rest.
 var suite = cluster.Suite{
 	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",
 		"PODWIRE_CNI_BIN", "PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF"},
 	Timeout: 6 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-			Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true, RegisterTaints: []string{startupTaint + "=:NoSchedule"}}
+			Nodes: nodes, Primary: cluster.PrimaryNone, DualStack: true, RegisterTaints: []string{startupTaint + "=:NoExecute"}}
 	},
 	Setup: setUp,
 }
@@ -153,8 +153,10 @@ const release, releaseNS = "podwire", "kube-system"
 // routedNet6 (TestForwardingAcrossNodes), and the tenancy gates that
 // TestHostileTenant attempts (tenancyValues). The runtime
 // capability is off: containerd sends no annotations, so every pod's
-// annotations come from the node agent, under the chart's RBAC. /metrics
-// is on, in the chart's default port, and the agent logs JSON.
+// annotations come from the node agent, under the chart's RBAC and
+// admission policies (guardedLabelKey among the Namespace labels guarded).
+// /metrics is on, in the chart's default port, and the agent logs JSON.
+// The agent runs on the nodes labelled agentNodeLabel=on.
 func podwireValues(pinned string) (map[string]any, error) {
 	name, digest, ok := strings.Cut(pinned, "@")
 	i := strings.LastIndex(name, ":")
@@ -174,6 +176,10 @@ func podwireValues(pinned string) (map[string]any, error) {
 		},
 		"metrics": map[string]any{"enabled": true},
 		"log":     map[string]any{"format": "json"},
+		// The nodes carry agentNodeLabel from setUp on: TestClosedByDefault
+		// takes it off node 2 to take the agent away from it alone.
+		"nodeSelector":      map[string]string{"kubernetes.io/os": "linux", agentNodeLabel: "on"},
+		"admissionPolicies": map[string]any{"namespaceLabelKeys": []string{guardedLabelKey}},
 	}
 	tenancyValues(values["config"].(map[string]any))
 	return values, nil
@@ -220,6 +226,9 @@ func helm(ctx context.Context, verb, pinned string) error {
 func deployPodwire(ctx context.Context) error {
 	var err error
 	if podwirePinned, err = c.PushArchive(ctx, podwireImage, podwireRef); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "", "label", "--overwrite", "nodes", "--all", agentNodeLabel+"=on"); err != nil {
 		return err
 	}
 	if err := helm(ctx, "install", podwirePinned); err != nil {

@@ -16,8 +16,9 @@ import (
 	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
-// startupTaint is the chart's default startup taint (NoSchedule), with
-// which the suite's kubelets register their Nodes.
+// startupTaint is the chart's default startup taint, with which the
+// suite's kubelets register their Nodes (NoExecute); the agents put it back
+// with the chart's default startupTaintEffect, NoSchedule.
 const startupTaint = "podwire.io/agent-not-ready"
 
 // earlyPending is what the scheduler said of the early Deployment's pod,
@@ -154,18 +155,31 @@ func waitScheduledPod(t *testing.T, ctx context.Context, name string) *pod {
 	return p
 }
 
-// hasTaint reports whether node n carries the startup taint.
-func hasTaint(t *testing.T, n *cluster.Node) bool {
+// taintEffect is the effect of node n's startup taint ("" when it has
+// none).
+func taintEffect(t *testing.T, n *cluster.Node) string {
 	t.Helper()
 	s, err := n.Status()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return slices.Contains(s.Taints, startupTaint+":NoSchedule")
+	for _, tn := range s.Taints {
+		if key, effect, _ := strings.Cut(tn, ":"); key == startupTaint {
+			return effect
+		}
+	}
+	return ""
 }
 
-// TestStartupTaint: the nodes register with the startup taint, so a pod
-// the scheduler places waits for podwire:
+// hasTaint reports whether node n carries the startup taint, whatever its
+// effect.
+func hasTaint(t *testing.T, n *cluster.Node) bool {
+	t.Helper()
+	return taintEffect(t, n) != ""
+}
+
+// TestStartupTaint: the nodes register with the startup taint (NoExecute),
+// so a pod the scheduler places waits for podwire:
 //   - the early Deployment, created before podwire's install, was
 //     unschedulable then for the taint; its pod runs now, checked (a
 //     forged datagram dropped, its own delivered);
@@ -173,11 +187,12 @@ func hasTaint(t *testing.T, n *cluster.Node) bool {
 //   - when the file the runtime reads on node 2 stops chaining podwire
 //     (Multus's 00-multus.conf appears, its delegate a copy of flannel's
 //     conflist without podwire, as before Multus follows the primary),
-//     node 2's agent puts the taint back and a pod for node 2 waits;
+//     node 2's agent puts the taint back, NoSchedule (the chart's
+//     startupTaintEffect), and a pod for node 2 waits;
 //     once the file goes, the taint goes and the pod runs, checked.
 func TestStartupTaint(t *testing.T) {
 	needCluster(t)
-	if !strings.Contains(earlyPending, "untolerated taint") || strings.Count(earlyPending, startupTaint+":NoSchedule") != len(c.Nodes) {
+	if !strings.Contains(earlyPending, "untolerated taint") || strings.Count(earlyPending, startupTaint+":NoExecute") != len(c.Nodes) {
 		t.Fatalf("before podwire's install the early pod was %q, want unschedulable for the taint %s", earlyPending, startupTaint)
 	}
 	t.Logf("before podwire's install: %s", earlyPending)
@@ -223,8 +238,8 @@ func TestStartupTaint(t *testing.T) {
 	t.Cleanup(func() { _ = os.Remove(multusPath) })
 	start := time.Now()
 	if err := cnitest.Eventually(20*time.Second, func() error {
-		if !hasTaint(t, n2) {
-			return fmt.Errorf("%s has no %s", n2.Name, startupTaint)
+		if e := taintEffect(t, n2); e != "NoSchedule" {
+			return fmt.Errorf("%s has no %s:NoSchedule (effect %q)", n2.Name, startupTaint, e)
 		}
 		return nil
 	}); err != nil {

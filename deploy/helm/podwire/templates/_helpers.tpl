@@ -63,3 +63,24 @@ DaemonSet then carries its checksum.
 {{- define "podwire.hasConfigMaps" -}}
 {{- if or .Values.config.create .Values.kubernetesServicesEndpoint.host }}true{{ end -}}
 {{- end -}}
+
+{{/*
+The Namespace label keys that podwire's namespaceSelectors read, as a JSON
+list (a CEL list literal), sorted: the keys of config.forwarding's and every
+config.vlanGrants entry's namespaceSelector (matchLabels and
+matchExpressions) and admissionPolicies.namespaceLabelKeys, without
+kubernetes.io/metadata.name (the apiserver sets it to the name).
+*/}}
+{{- define "podwire.namespaceLabelKeys" -}}
+{{- $sels := list .Values.config.forwarding.namespaceSelector -}}
+{{- range .Values.config.vlanGrants }}{{ $sels = append $sels (get . "namespaceSelector") }}{{ end -}}
+{{- $keys := list -}}
+{{- range $sels }}
+{{- if kindIs "map" . }}
+{{- range $k, $_ := (get . "matchLabels" | default dict) }}{{ $keys = append $keys $k }}{{ end }}
+{{- range (get . "matchExpressions" | default list) }}{{ $keys = append $keys .key }}{{ end }}
+{{- end }}
+{{- end -}}
+{{- $keys = concat $keys .Values.admissionPolicies.namespaceLabelKeys -}}
+{{- without ($keys | uniq | sortAlpha) "kubernetes.io/metadata.name" | toJson -}}
+{{- end -}}
