@@ -1,6 +1,6 @@
 package k8s
 
-// The scenarios of issue 13, in the order they run. Each proves its claim
+// The single-node scenarios, in the order they run. Each proves its claim
 // with packets between the pods, the node and the outside network.
 
 import (

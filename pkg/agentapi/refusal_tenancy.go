@@ -1,6 +1,6 @@
 package agentapi
 
-// Refusal reasons of the tenancy gates (issue 21), beside those of
+// Refusal reasons of the tenancy gates, beside those of
 // agentapi.go. An agent whose RefusalReasons lacks one counts it as
 // RefusalOther.
 const (

@@ -1,5 +1,5 @@
 // Package config parses, defaults and validates podwire's entry in a CNI
-// network configuration list (the contract is DESIGN.md, "Configuration").
+// network configuration list (the keys are README's "Configuration").
 //
 // Every key is optional. A value of the wrong JSON type is CNI error 6
 // (decoding failure) naming the key; a value of the right type that is out of
@@ -72,7 +72,7 @@ var (
 	AzureProbeTo   = netip.MustParseAddr("2603:1062:0:1:fe80:1234:5678:9abc")
 )
 
-// NetConf is podwire's configuration: the JSON keys of DESIGN.md plus the
+// NetConf is podwire's configuration: the JSON keys of podwire's entry plus the
 // fields derived from them by Parse (tagged `json:"-"`).
 type NetConf struct {
 	types.PluginConf

@@ -6,8 +6,8 @@ import (
 )
 
 // TestWithin: a "within 10%" verdict compares the absolute difference, so
-// a figure 104% below its base is not within 10% of it (issue 25: the
-// report printed "-104% ... holds").
+// a figure 104% below its base is not within 10% of it (a signed
+// comparison once printed "-104% ... holds").
 func TestWithin(t *testing.T) {
 	for _, tc := range []struct {
 		b, a float64

@@ -1,6 +1,6 @@
 package multinode
 
-// The multi-node scenarios of issue 20, each proven with packets between
+// The multi-node scenarios (per-node egress, cross-node sources), each proven with packets between
 // pods on different nodes and the network outside the cluster.
 
 import (

@@ -54,7 +54,7 @@ var (
 	tenantRoute = netip.MustParsePrefix("198.51.100.128/25")
 )
 
-// tenancyValues are the gates of issue 21 in the suite's podwire values:
+// tenancyValues are the tenancy gates in the suite's podwire values:
 // VLAN grants, tenantRouterNS among the forwarding namespaces, namespaces
 // labelled forwardingLabel=true forwarding too, and the bounds of the Node
 // egress annotation.
@@ -74,7 +74,7 @@ func tenancyValues(config map[string]any) {
 	config["egress"].(map[string]any)["allowedCIDRs"] = bounds
 }
 
-// TestHostileTenant is issue 21's hostile tenant: a ServiceAccount with
+// TestHostileTenant is a hostile tenant: a ServiceAccount with
 // namespace-scoped RBAC (newTenant), acting through kubectl with its token
 // alone, tries to get more than the admin granted. Each pod it makes for
 // that is refused by podwire's gate before anything of the node is

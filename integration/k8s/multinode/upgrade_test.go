@@ -43,8 +43,8 @@ func pluginVersion(t *testing.T, n *cluster.Node) string {
 // version of the image (`make image-upgrade`, pushed with `make push`'s
 // command, pinned by digest) rolls the agents node by node while pods are
 // created and deleted on both nodes (a pod every 500 ms while the nodes keep up, the nodes in
-// turn, each deleted 8 s after its creation), as issue 20's rolling
-// upgrade asks:
+// turn, each deleted 8 s after its creation), as a rolling upgrade
+// must allow:
 //   - no sandbox creation or deletion fails (no FailedCreatePodSandBox
 //     event of a churned pod, and no FailedKillPod event of one that names
 //     its sandbox's teardown: no ADD found the node without an agent, no
