@@ -57,16 +57,24 @@ func runPod(t *testing.T, namespace, name string, n *cluster.Node, labels map[st
 // the API, and returns without waiting for it. It talks to the apiserver
 // directly (cluster.API), not through kubectl: the churn of
 // TestAgentFootprint creates pods as fast as two cores allow.
-func createPod(ctx context.Context, namespace, name string, n *cluster.Node, labels, annotations map[string]string) error {
+func createPod(ctx context.Context, namespace, name string, n *cluster.Node, labels, annotations map[string]string, tolerate ...string) error {
 	grace := int64(1)
 	automount := false
+	spec := map[string]any{
+		"nodeName": n.Name, "automountServiceAccountToken": automount, "terminationGracePeriodSeconds": grace,
+		"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
+	}
+	var tolerations []map[string]any
+	for _, key := range tolerate {
+		tolerations = append(tolerations, map[string]any{"key": key, "operator": "Exists"})
+	}
+	if tolerations != nil {
+		spec["tolerations"] = tolerations
+	}
 	manifest, err := json.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
-		"spec": map[string]any{
-			"nodeName": n.Name, "automountServiceAccountToken": automount, "terminationGracePeriodSeconds": grace,
-			"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
-		},
+		"spec":     spec,
 	})
 	if err != nil {
 		return err
@@ -75,12 +83,13 @@ func createPod(ctx context.Context, namespace, name string, n *cluster.Node, lab
 	return err
 }
 
-// startPod creates a pod on node n with labels (createPod) and waits
-// until it is Ready, with an address of each family.
-func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string) (*pod, error) {
+// startPod creates a pod on node n with labels, tolerating the taint keys
+// tolerate (createPod), and waits until it is Ready, with an address of
+// each family.
+func startPod(ctx context.Context, namespace, name string, n *cluster.Node, labels map[string]string, tolerate ...string) (*pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := createPod(ctx, namespace, name, n, labels, nil); err != nil {
+	if err := createPod(ctx, namespace, name, n, labels, nil, tolerate...); err != nil {
 		return nil, err
 	}
 	return waitPod(ctx, namespace, name, n)

@@ -131,7 +131,9 @@ func probeControlRun(ctx context.Context) {
 		probeControl.err = err
 		return
 	}
-	backend, err := startPod(ctx, "default", name, c.Nodes[1], map[string]string{"app": name})
+	// Before podwire is installed the nodes carry the startup taint,
+	// NoExecute: the control's backend tolerates it.
+	backend, err := startPod(ctx, "default", name, c.Nodes[1], map[string]string{"app": name}, startupTaint)
 	if err != nil {
 		probeControl.err = err
 		return
