@@ -180,7 +180,7 @@ ip -n "$SERVER" addr add 2001:db8:1::100/64 dev eth0 nodad
 ip -n "$SERVER" link set eth0 up
 for r in 203.0.113.10/32 198.51.100.0/24; do ip -n "$SERVER" route add "$r" via 192.0.2.2; done
 for r in 2001:db8:e::10/128 2001:db8:100::/64; do ip -n "$SERVER" -6 route add "$r" via 2001:db8:1::2; done
-note "conflist $CONF (ptp + host-local, podwire: probeSNAT azure, egress 203.0.113.10 2001:db8:e::10)"
+note "conflist $CONF (ptp + host-local, podwire: probeSNAT azure, egress 203.0.113.10 2001:db8:e::10, claimScope node: one node, no agent)"
 
 say "ordinary pod default/ordinary: ADD through ptp + host-local, then podwire (cnitool)"
 mkns "$ORD"
