@@ -362,20 +362,7 @@ func TestClosedByDefault(t *testing.T) {
 	})
 	waitNoAgent(t, ctx, n2)
 	conflist := filepath.Join(n2.CNIConfDir, "10-flannel.conflist")
-	b, err := os.ReadFile(conflist)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conf map[string]any
-	if err := json.Unmarshal(b, &conf); err != nil {
-		t.Fatal(err)
-	}
-	plugins, _ := conf["plugins"].([]any)
-	conf["plugins"] = slices.DeleteFunc(plugins, func(p any) bool {
-		m, _ := p.(map[string]any)
-		return m["type"] == "podwire"
-	})
-	b, _ = json.MarshalIndent(conf, "", "  ")
+	b, _ := json.MarshalIndent(conflistWithoutPodwire(t, conflist), "", "  ")
 	if err := os.WriteFile(conflist, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

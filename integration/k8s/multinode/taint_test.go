@@ -216,19 +216,7 @@ func TestStartupTaint(t *testing.T) {
 
 	// Node 2's runtime now reads Multus's file, whose delegate lacks
 	// podwire.
-	flannelConf, err := os.ReadFile(filepath.Join(n2.CNIConfDir, "10-flannel.conflist"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var delegate map[string]any
-	if err := json.Unmarshal(flannelConf, &delegate); err != nil {
-		t.Fatal(err)
-	}
-	plugins, _ := delegate["plugins"].([]any)
-	delegate["plugins"] = slices.DeleteFunc(plugins, func(p any) bool {
-		m, _ := p.(map[string]any)
-		return m["type"] == "podwire"
-	})
+	delegate := conflistWithoutPodwire(t, filepath.Join(n2.CNIConfDir, "10-flannel.conflist"))
 	multus, _ := json.Marshal(map[string]any{"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus",
 		"kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig", "delegates": []any{delegate}})
 	multusPath := filepath.Join(n2.CNIConfDir, "00-multus.conf")
@@ -260,4 +248,24 @@ func TestStartupTaint(t *testing.T) {
 		t.Errorf("%s still carries %s", n2.Name, startupTaint)
 	}
 	t.Logf("the file gone, %s's taint went and the waiting pod runs, checked", n2.Name)
+}
+
+// conflistWithoutPodwire is the conflist at path, parsed, with podwire's
+// entry taken out of its plugins.
+func conflistWithoutPodwire(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conf map[string]any
+	if err := json.Unmarshal(b, &conf); err != nil {
+		t.Fatal(err)
+	}
+	plugins, _ := conf["plugins"].([]any)
+	conf["plugins"] = slices.DeleteFunc(plugins, func(p any) bool {
+		m, _ := p.(map[string]any)
+		return m["type"] == "podwire"
+	})
+	return conf
 }
