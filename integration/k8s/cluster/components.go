@@ -192,7 +192,8 @@ func httpOK(hc *http.Client, url string) error {
 
 // API sends one request to the apiserver as the admin (from the first
 // node's netns): method, a path such as /api/v1/namespaces/default/pods,
-// and a JSON body (nil for none). It returns the response body; a status
+// and a JSON body (nil for none; a PATCH's is a JSON merge patch, RFC
+// 7396). It returns the response body; a status
 // outside 2xx is an error carrying it. Cheaper than Kubectl (no process,
 // no TLS handshake per call) where a test makes many calls.
 func (c *Cluster) API(ctx context.Context, method, path string, body []byte) ([]byte, error) {
@@ -206,6 +207,9 @@ func (c *Cluster) API(ctx context.Context, method, path string, body []byte) ([]
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+		if method == http.MethodPatch {
+			req.Header.Set("Content-Type", "application/merge-patch+json")
+		}
 	}
 	resp, err := c.api.Do(req)
 	if err != nil {
