@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -77,9 +79,9 @@ func PauseRegistryImage(dir string) (v1.Image, error) {
 // directory). This one holds agnhost and those two (from k8sBinDir and its
 // agnhost-files, scripts/e2e-build.sh), curl, OpenBSD's nc and the
 // resolver tools of dnsTools, each with its libraries (packages curl and
-// netcat-openbsd, scripts/deps.list; busybox's nslookup resolves an
-// ExternalName Service and its seq counts the session affinity specs'
-// requests).
+// netcat-openbsd, scripts/deps.list), and busybox with every applet
+// (busyboxApplets: its nslookup resolves an ExternalName Service, its seq
+// counts the session affinity specs' requests).
 func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 	agnhost, err := binFile(filepath.Join(k8sBinDir, "agnhost"), "/agnhost")
 	if err != nil {
@@ -102,10 +104,35 @@ func E2EAgnhostImage(k8sBinDir string) (v1.Image, error) {
 		return nil, err
 	}
 	files = append(append(files, tools...), more...)
-	for _, applet := range []string{"hostname", "ls", "nslookup", "timeout", "wget"} {
-		files = append(files, ociimage.Symlink("/bin/"+applet, "busybox"))
+	applets, err := busyboxApplets(files)
+	if err != nil {
+		return nil, err
 	}
+	files = append(files, applets...)
 	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})
+}
+
+// busyboxApplets links every applet of the host's busybox (`busybox
+// --list`) into /bin, as upstream's Alpine image has them all (specs
+// beyond the Conformance ones pipe their probes through date, tr, awk,
+// ...), except the names a program of files already has: /bin/sh stays
+// dash and nc OpenBSD's, whose -u busybox's lacks.
+func busyboxApplets(files []ImageFile) ([]ImageFile, error) {
+	out, err := exec.Command("busybox", "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("busybox --list (package busybox-static, scripts/deps.list): %w", err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[path.Base(f.Path)] = true
+	}
+	var links []ImageFile
+	for _, applet := range strings.Fields(string(out)) {
+		if !have[applet] {
+			links = append(links, ociimage.Symlink("/bin/"+applet, "busybox"))
+		}
+	}
+	return links, nil
 }
 
 // E2EGlibcDNSImage is the DNS specs' second prober, upstream's
