@@ -154,7 +154,7 @@ test-conformance: deps image image-upgrade tools k8s-bins
 	$(K8S_TEST_ENV) $(GO) test -count=1 ./integration/k8s/cluster/
 	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./integration/k8s/multinode/
 
-# What users feel at pod start (issue 25): TestPodStartup creates 30 pods at
+# What users feel at pod start (time to Running): TestPodStartup creates 30 pods at
 # once, with podwire chained and without, and writes the mean times into
 # .cache/bench-bin/pod-startup.txt, which the next make bench puts into
 # docs/benchmarks.md; figures only, not part of make test. PODSTARTUP_BURSTS

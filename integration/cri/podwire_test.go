@@ -17,7 +17,7 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// annForwarding is the annotation of a forwarding pod (README, "Pod annotations").
+// annForwarding is the annotation of a forwarding pod (docs/annotations.md).
 const annForwarding = "podwire.io/forwarding"
 
 // sysctl sets a sysctl (path under /proc/sys) in the node namespace.

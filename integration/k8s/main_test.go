@@ -141,7 +141,7 @@ const agentNS = "podwire-system"
 // ConfigMap podwire-config, the apiserver's address in the ConfigMap
 // kubernetes-services-endpoint (this cluster runs no kube-proxy, so the
 // kubernetes Service does not route), then deploy/ applied with its image
-// set to the pushed one, pinned by digest (as the README tells). The
+// set to the pushed one, pinned by digest (as docs/install.md tells). The
 // DaemonSet's agent installs the plugin binary into the node's /opt/cni/bin
 // and chains podwire into the primary's conflist. It returns once
 // containerd has loaded the chain and the agent has written the node's

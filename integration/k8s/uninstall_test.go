@@ -13,7 +13,7 @@ import (
 )
 
 // TestUninstallLeavesPodsDeletable: `kubectl delete -f deploy/` (the
-// README's uninstall: DaemonSet, RBAC, namespace) stops the agent, which
+// uninstall of docs/operations.md: DaemonSet, RBAC, namespace) stops the agent, which
 // finds its DaemonSet gone (cni.uninstall) and marks the uninstall. A pod
 // podwire wired is left, so podwire's entry and binary stay: containerd
 // runs that pod's DEL through the chain it has then. The pod is deleted

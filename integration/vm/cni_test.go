@@ -41,7 +41,7 @@ func pluginDirs(t testing.TB) []string {
 
 // node is a simulated node (cnitest.Node) whose chain is ptp + host-local
 // (IPv4 only, no default routes), then podwire with the node's keys
-// (README, "Configuration").
+// (docs/configuration.md).
 type node struct {
 	*cnitest.Node
 	t       testing.TB

@@ -21,7 +21,7 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// The agent's metrics (README, "Metrics"), served on /metrics of
+// The agent's metrics (docs/operations.md, "Metrics"), served on /metrics of
 // Config.MetricsAddr. Events of the agent (repairs, restores, socket
 // requests) are counters it bumps; what is on the node (records, drop
 // counters) is read once per drift tick into a nodeSnapshot, on the

@@ -1,5 +1,5 @@
 // Package cliapi is the JSON the operator CLI prints: `podwire status
-// --json` (NodeStatus) and `podwire repair --json` (RepairResult). The
+// --json` (NodeStatus) and `podwire repair` (RepairResult). The
 // plugin writes it; the node agent (which runs `podwire repair`) and the
 // test suites (which run `podwire status`) read it with these same types,
 // so that a field renamed on one side fails to compile on the other. It
@@ -86,7 +86,7 @@ type Attachment struct {
 	Drops *Drops `json:"drops,omitempty"`
 }
 
-// RepairResult is what `podwire repair --json` prints. Tables are named
+// RepairResult is what `podwire repair` prints (always JSON). Tables are named
 // as nft(8) names them ("inet podwire").
 type RepairResult struct {
 	Conflist string `json:"conflist,omitempty"`

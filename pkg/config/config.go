@@ -1,5 +1,5 @@
 // Package config parses, defaults and validates podwire's entry in a CNI
-// network configuration list (the keys are README's "Configuration").
+// network configuration list (the keys are in docs/configuration.md).
 //
 // Every key is optional. A value of the wrong JSON type is CNI error 6
 // (decoding failure) naming the key; a value of the right type that is out of

@@ -1,4 +1,4 @@
-// Package forwarding turns a pod into a forwarding function (README,
+// Package forwarding turns a pod into a forwarding function (docs/forwarding.md,
 // podwire.io/forwarding): IP forwarding on and reverse-path filtering off
 // inside its netns, rp_filter off on its host-side interface, and node
 // routes to the prefixes it serves (podwire.io/routes).

@@ -77,7 +77,8 @@ func copyBinary(src, dst string) (changed bool, err error) {
 	if err := atomicfile.WriteFile(dst, data, 0o755); err != nil {
 		return false, err
 	}
-	// writeFileAtomic kept the mode of a file it replaced; a binary must run.
+	// atomicfile.WriteFile keeps the mode of a file it replaces; a binary
+	// must run.
 	if err := os.Chmod(dst, 0o755); err != nil {
 		return false, fmt.Errorf("failed to make %q executable: %w", dst, err)
 	}

@@ -98,7 +98,7 @@ func (r Report) Changed() bool { return len(r.Rebuilt)+len(r.Deleted) > 0 }
 //
 // Ensure verifies chains, rules, sets and static elements; the per-pod
 // elements of a table that is current are not read (CheckElements does it
-// for one pod, VerifyElements for all).
+// for one pod, MissingElements for all).
 func Ensure(c Conn, want []*Table, known []ID, lock func() (func(), error), elems func() (Elements, error)) (Report, error) {
 	stale, obsolete, drift, err := diff(c, want, known)
 	if err != nil || len(stale)+len(obsolete) == 0 {

@@ -13,7 +13,7 @@ import (
 	"github.com/podwire/podwire/pkg/vrrp"
 )
 
-// The podwire.io annotations (README, "Pod annotations").
+// The podwire.io annotations (docs/annotations.md).
 const (
 	AnnotationForwarding      = "podwire.io/forwarding"
 	AnnotationAllowedPrefixes = "podwire.io/allowed-source-prefixes"

@@ -9,7 +9,7 @@ import (
 )
 
 // Admit applies the admin gates of conf to the annotations of the pod id
-// (README, "Who may do what"), before anything on the node is touched:
+// (docs/security.md, "Who may do what"), before anything on the node is touched:
 //   - the forwarding annotations only in namespaces matching
 //     forwarding.namespaces (empty: nowhere);
 //   - podwire.io/routes only inside forwarding.routablePrefixes, and

@@ -50,7 +50,7 @@ type Record struct {
 	AnnotationSource string `json:"annotationSource,omitempty"`
 
 	// HostIfName is the host side of the primary interface (the veth the
-	// primary plugin made); PodIfIndex is the pod side's index in the netns.
+	// primary plugin made).
 	HostIfName string `json:"hostIfName,omitempty"`
 	// Addresses are the pod's primary addresses, from prevResult.
 	Addresses []netip.Addr `json:"addresses,omitempty"`

@@ -20,7 +20,7 @@ import (
 // with CNI error 11, try again later. It covers a rolling upgrade of the
 // DaemonSet (maxUnavailable 1: the old agent's pod ends, the new one's
 // starts and listens), so pods created on the node meanwhile wait instead
-// of failing their sandbox (integration/k8s/multinode TestRollingUpgrade).
+// of failing their sandbox.
 const agentTimeout = 15 * time.Second
 
 // cmdAdd: annotations → gates → node snapshot → pure plan → record written

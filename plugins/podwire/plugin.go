@@ -136,8 +136,8 @@ func newLogger(conf *config.NetConf) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// ensureTables lays down or repairs the tables want (README, "Node
-// tables"): every ADD verifies them by content, reading only
+// ensureTables lays down or repairs the tables want (docs/configuration.md,
+// "Node tables"): every ADD verifies them by content, reading only
 // podwire's own objects, and rebuilds what differs under the node lock.
 //
 // When the ruleset generation is the one at which the tables were last

@@ -31,7 +31,7 @@
 // package and ended by PID (containerd's shims too: they are recognised by
 // their node's socket on their command line).
 //
-// The recipe and its traps: ../shared/k8s-recipe.md (beside the checkout).
+// The recipe and its traps: docs/testing.md, "How a node is built".
 package cluster
 
 import (

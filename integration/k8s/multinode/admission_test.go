@@ -307,7 +307,7 @@ func TestNamespaceLabelsAdminOnly(t *testing.T) {
 //   - Control: with the startup taint NoSchedule, a pod bound to node 2 by
 //     spec.nodeName starts, wired by flannel alone, and its datagram
 //     forged from another address arrives.
-//   - With the taint NoExecute (how the README says to register nodes),
+//   - With the taint NoExecute (how docs/install.md says to register nodes),
 //     that pod is evicted, and a new one bound by name is refused by the
 //     kubelet: it never gets a sandbox.
 //   - A pod tolerating every taint still starts, unchecked, and forges;

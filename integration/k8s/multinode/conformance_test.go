@@ -39,11 +39,11 @@ import (
 // host-network pod, `curl --interface NODE_IP http://127.0.0.1:HOSTPORT` to
 // the pod whose hostPort is bound to hostIP 127.0.0.1, is refused on this
 // cluster with podwire chained and equally with podwire uninstalled
-// (PODWIRE_CONFORMANCE_NO_PODWIRE=1, chain flannel then portmap; run of
-// 2026-11-24: 8 of the 9 specs then passed, HostPort failed with "Can not
-// connect from e2e-host-exec to pod(pod1) to serverIP: 127.0.0.1" five
-// times, as with podwire): portmap's hostIP 127.0.0.1 inside a node's
-// network namespace, not podwire.
+// (PODWIRE_CONFORMANCE_NO_PODWIRE=1, chain flannel then portmap: HostPort
+// fails with "Can not connect from e2e-host-exec to pod(pod1) to serverIP:
+// 127.0.0.1", as with podwire; docs/testing.md has the control run):
+// portmap's hostIP 127.0.0.1 inside a node's network namespace, not
+// podwire.
 var conformanceSpecs = []string{
 	// A ClusterIP Service with TCP and UDP on one port, through
 	// kube-proxy's nftables DNAT, as its endpoints change.

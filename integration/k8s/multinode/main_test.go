@@ -70,7 +70,7 @@ func egressIPs(i int) (netip.Addr, netip.Addr) {
 }
 
 // suite starts the run's cluster: nodes nodes registered with the startup
-// taint as NoExecute (the README's advice), no primary (flannel is an
+// taint as NoExecute (docs/install.md's advice), no primary (flannel is an
 // add-on), dual stack; setUp installs the rest.
 var suite = cluster.Suite{
 	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",

@@ -20,8 +20,8 @@ import (
 // podStartupPods is the burst of TestPodStartup: pods created at once.
 const podStartupPods = 30
 
-// TestPodStartup records what users feel of podwire at pod start (issue
-// 25): the time from creation to Running of podStartupPods pods created at
+// TestPodStartup records what users feel of podwire at pod start: the
+// time from creation to Running of podStartupPods pods created at
 // once through the API (half on each node), with podwire chained after
 // flannel and without it (`helm uninstall`: the chain is flannel, portmap),
 // PODWIRE_K8S_PODSTARTUP_BURSTS bursts of each (even, default 2) in the
