@@ -184,24 +184,7 @@ func TestAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 
 	// Control: the binding gone, the same token labels node 2.
-	b := kubectl(t, "", "get", "validatingadmissionpolicybinding", agentNodePolicy, "-o", "json")
-	var binding map[string]any
-	if err := json.Unmarshal([]byte(b), &binding); err != nil {
-		t.Fatal(err)
-	}
-	meta := binding["metadata"].(map[string]any)
-	for _, k := range []string{"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"} {
-		delete(meta, k)
-	}
-	delete(binding, "status")
-	restore, _ := json.Marshal(binding)
-	kubectl(t, "", "delete", "validatingadmissionpolicybinding", agentNodePolicy)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			kubectl(t, string(restore), "create", "-f", "-")
-		}
-	})
+	restore := withoutBinding(t, agentNodePolicy)
 	label := []string{"label", "--overwrite", "node", n2.Name, "podwire-test/attack=1"}
 	if err := cnitest.Eventually(20*time.Second, func() error {
 		_, err := agent.run(label...)
@@ -211,8 +194,7 @@ func TestAgentTouchesOnlyItsOwnNode(t *testing.T) {
 	}
 	t.Logf("control: without the binding %s, the agent's token of %s labels %s", agentNodePolicy, n1.Name, n2.Name)
 	kubectl(t, "", "label", "node", n2.Name, "podwire-test/attack-")
-	kubectl(t, string(restore), "create", "-f", "-")
-	restored = true
+	restore()
 	// A new value each try: kubectl sends no patch for a label already set
 	// (one set before the binding took effect again).
 	try := 0
@@ -529,4 +511,116 @@ func forge(t *testing.T, sink *packets.Sink, to netip.AddrPort, p *pod, forged n
 		t.Fatalf("%s on %s, %s: its datagram forged from %s arrived", p.name, p.node.Name, why, forged)
 	}
 	t.Logf("%s on %s, %s: its datagrams forged from %s are dropped", p.name, p.node.Name, why, forged)
+}
+
+// agentClaimsPolicy narrows the agent's writes of ClaimPools to its own
+// Node's entries.
+const agentClaimsPolicy = "podwire-agent-claims"
+
+// TestAgentClaimsOnlyItsOwn: root on node 1, with the agent's token, writes
+// a ClaimPool that holds an entry of node 2 and one of a Node that no
+// longer exists (as after a node's removal). It may add and release node
+// 1's own claims and release the gone Node's; adding a claim for node 2,
+// changing node 2's and releasing it are refused by podwire-agent-claims,
+// naming node 2. Control: with the policy's binding deleted, the same
+// token releases node 2's claim.
+func TestAgentClaimsOnlyItsOwn(t *testing.T) {
+	needCluster(t)
+	n1, n2 := c.Nodes[0], c.Nodes[1]
+	agent, _ := tokenUser(t, "agent-token-of-"+n1.Name, agentToken(t, n1))
+	// A pool of a VLAN no test grants, so that no agent's reconciler
+	// touches it while the test runs (its entries have no record).
+	const pool = "vlan-4001"
+	entry := func(node, addr, pod string) map[string]any {
+		return map[string]any{"kind": "address", "value": addr, "namespace": "default", "pod": pod, "node": node,
+			"attachment": "0000/net1", "since": "2026-01-01T00:00:00Z"}
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "podwire.io/v1alpha1", "kind": "ClaimPool", "metadata": map[string]any{"name": pool},
+		"spec": map[string]any{"entries": []any{entry(n2.Name, "192.0.2.2", "on-node-2"), entry("gone-node", "192.0.2.3", "on-gone-node")}}})
+	kubectl(t, string(b), "create", "-f", "-")
+	t.Cleanup(func() { kubectl(t, "", "delete", "claimpool", pool, "--ignore-not-found") })
+	// Each write is what the agent sends (its RBAC has update, not patch):
+	// the pool as read, with its entries changed, conditional on the
+	// resourceVersion read.
+	dir := t.TempDir()
+	write := func(name string, f func(entries []any) []any) []string {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(kubectl(t, "", "get", "claimpool", pool, "-o", "json")), &obj); err != nil {
+			t.Fatal(err)
+		}
+		spec := obj["spec"].(map[string]any)
+		spec["entries"] = f(spec["entries"].([]any))
+		b, _ := json.Marshal(obj)
+		file := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(file, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"replace", "-f", file}
+	}
+	add := func(e map[string]any) []string {
+		return write("add", func(es []any) []any { return append(es, e) })
+	}
+	release := func(value string) []string {
+		return write("release", func(es []any) []any {
+			return slices.DeleteFunc(es, func(e any) bool { return e.(map[string]any)["value"] == value })
+		})
+	}
+	change := func(value string) []string {
+		return write("change", func(es []any) []any {
+			for _, e := range es {
+				if m := e.(map[string]any); m["value"] == value {
+					m["pod"] = "taken"
+				}
+			}
+			return es
+		})
+	}
+
+	agent.must(t, add(entry(n1.Name, "192.0.2.1", "on-node-1"))...)
+	t.Logf("%s may add a claim of its own Node %s", agent.name, n1.Name)
+	agent.denied(t, "claim for node 2", agentClaimsPolicy, []string{"of node " + n2.Name}, add(entry(n2.Name, "192.0.2.4", "forged"))...)
+	agent.denied(t, "change node 2's claim", agentClaimsPolicy, []string{"of node " + n2.Name}, change("192.0.2.2")...)
+	agent.denied(t, "release node 2's claim", agentClaimsPolicy, []string{"Node " + n2.Name + " exists"}, release("192.0.2.2")...)
+	agent.must(t, release("192.0.2.1")...)
+	t.Logf("%s may release its own Node's claim", agent.name)
+	agent.must(t, release("192.0.2.3")...)
+	t.Logf("%s may release the claim of a Node that no longer exists", agent.name)
+
+	// Control: the binding gone, the same token releases node 2's claim.
+	restore := withoutBinding(t, agentClaimsPolicy)
+	if err := cnitest.Eventually(20*time.Second, func() error {
+		_, err := agent.run(release("192.0.2.2")...)
+		return err
+	}); err != nil {
+		t.Fatalf("control: without the binding the agent's token still cannot release node 2's claim: %v", err)
+	}
+	t.Logf("control: without the binding %s, the agent's token of %s releases %s's claim", agentClaimsPolicy, n1.Name, n2.Name)
+	restore()
+}
+
+// withoutBinding deletes the ValidatingAdmissionPolicyBinding name and
+// returns what creates it again (also run when the test ends, if not
+// before).
+func withoutBinding(t *testing.T, name string) (restore func()) {
+	t.Helper()
+	var binding map[string]any
+	if err := json.Unmarshal([]byte(kubectl(t, "", "get", "validatingadmissionpolicybinding", name, "-o", "json")), &binding); err != nil {
+		t.Fatal(err)
+	}
+	meta := binding["metadata"].(map[string]any)
+	for _, k := range []string{"resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"} {
+		delete(meta, k)
+	}
+	delete(binding, "status")
+	b, _ := json.Marshal(binding)
+	kubectl(t, "", "delete", "validatingadmissionpolicybinding", name)
+	restored := false
+	restore = func() {
+		if !restored {
+			restored = true
+			kubectl(t, string(b), "create", "-f", "-")
+		}
+	}
+	t.Cleanup(restore)
+	return restore
 }
