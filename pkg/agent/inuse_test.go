@@ -19,8 +19,11 @@ func TestChainInUse(t *testing.T) {
 		return `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus","capabilities":{"portMappings":true},` +
 			`"kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig","delegates":[` + delegate + `]}`
 	}
-	const multusThick = `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim","logLevel":"verbose","logToStderr":true,` +
-		`"clusterNetwork":"/host/etc/cni/net.d/10-flannel.conflist"}`
+	multusClusterNetwork := func(cn string) string {
+		return `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus-shim","logLevel":"verbose","logToStderr":true,` +
+			`"clusterNetwork":"` + cn + `"}`
+	}
+	multusThick := multusClusterNetwork("/host/etc/cni/net.d/10-flannel.conflist")
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
@@ -42,10 +45,34 @@ func TestChainInUse(t *testing.T) {
 			want: "(Multus), whose delegate does not chain podwire yet"},
 		{name: "Multus thick shim", mode: ModeAuto,
 			files: map[string]string{"00-multus.conf": multusThick, "10-flannel.conflist": flannel}},
+		// The other forms of clusterNetwork (multus-cni's getNetDelegate).
+		{name: "Multus clusterNetwork by the conflist's name", mode: ModeAuto,
+			files: map[string]string{"00-multus.conf": multusClusterNetwork("cbr0"), "10-flannel.conflist": flannel}},
+		{name: "Multus clusterNetwork by the node's path", mode: ModeAuto,
+			files: map[string]string{"00-multus.conf": multusClusterNetwork("/etc/cni/net.d/10-flannel.conflist"), "10-flannel.conflist": flannel}},
+		{name: "Multus clusterNetwork a directory of another chain", mode: ModeAuto,
+			files: map[string]string{
+				"00-multus.conf": multusClusterNetwork("/host/etc/cni/net.d/cluster"), "10-flannel.conflist": flannel,
+				"cluster/10-cluster.conflist": strings.Replace(flannel, "cbr0", "cluster", 1),
+			},
+			want: `whose clusterNetwork "/host/etc/cni/net.d/cluster" is `},
+		{name: "Multus clusterNetwork a directory of podwire's chain", mode: ModeAuto,
+			files: map[string]string{"00-multus.conf": multusClusterNetwork("/etc/cni/net.d"), "10-flannel.conflist": flannel},
+			// Multus reads its own file first there: a loop, no chain of podwire.
+			want: "does not chain podwire"},
+		{name: "Multus clusterNetwork of no configuration's name", mode: ModeAuto,
+			files: map[string]string{"00-multus.conf": multusClusterNetwork("kube-system-net"), "10-flannel.conflist": flannel},
+			want:  `clusterNetwork "kube-system-net" is the name of no configuration`},
+		{name: "Multus clusterNetwork outside the conf dir", mode: ModeAuto,
+			files: map[string]string{"00-multus.conf": multusClusterNetwork("/opt/cni/conf/10-flannel.conflist"), "10-flannel.conflist": flannel},
+			want:  "lies outside the conf dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, data := range tc.files {
+				if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+					t.Fatal(err)
+				}
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 					t.Fatal(err)
 				}
