@@ -79,10 +79,15 @@ func (w *networkWatch) since(t0 time.Time) []networkSample {
 }
 
 // requireReadySince fails t unless every sample since t0 was
-// NetworkReady=true, and there were at least min of them.
+// NetworkReady=true, and there were at least min of them. It waits (up to
+// half a minute) for the min-th: each sample is a CRI call, which a busy
+// machine answers more slowly than networkWatchInterval.
 func (w *networkWatch) requireReadySince(t *testing.T, t0 time.Time, what string, min int) {
 	t.Helper()
 	samples := w.since(t0)
+	for deadline := time.Now().Add(30 * time.Second); len(samples) < min && time.Now().Before(deadline); samples = w.since(t0) {
+		time.Sleep(networkWatchInterval)
+	}
 	var bad []string
 	for _, s := range samples {
 		if !s.ready {
