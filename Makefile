@@ -58,7 +58,20 @@ IMAGE = $(REGISTRY)/podwire-agent:$(VERSION)
 export PODWIRE_BIN := $(CURDIR)/bin/podwire
 export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 
-.PHONY: deps build image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
+# The Go modules: the root one is what the plugin and the agent link; the
+# test suites (integration, whose go test runs in its directory), the image
+# builder (tools/image: mkimage and ociimage, with go-containerregistry), the
+# chart's renderer and the linters are modules of their own, each tied to
+# the root by a replace, so their dependencies stay out of the product's
+# go.mod. `make lint` vets every one.
+MODULES := . integration tools/chart tools/checkdeps tools/image
+# mkimage, the image builder of tools/image (scripts/image.sh, make push).
+MKIMAGE := $(CURDIR)/bin/mkimage
+# Package paths as callers name them from the root (./integration/x/) to
+# paths inside the integration module (./x/).
+in-integration = $(patsubst integration/%,./%,$(patsubst ./integration/%,./%,$(1)))
+
+.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -72,19 +85,22 @@ build:
 # The agent's image as an OCI archive (bin/podwire-image.tar) holding a
 # multi-arch index, built offline; `make push` sends it to REGISTRY (plain
 # HTTP allowed with INSECURE=1) and prints the pushed reference with its digest.
-image: build
-	IMAGE=$(IMAGE) VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' PLATFORMS='$(PLATFORMS)' scripts/image.sh
+mkimage:
+	$(GO) -C tools/image build -trimpath -o $(MKIMAGE) .
+
+image: build mkimage
+	MKIMAGE=$(MKIMAGE) IMAGE=$(IMAGE) VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' PLATFORMS='$(PLATFORMS)' scripts/image.sh
 
 # A second build whose version differs (VERSION-upgrade, the node's
 # platform only), for the multi-node suite's rolling upgrade.
 UPGRADE_VERSION = $(VERSION)-upgrade
-image-upgrade:
-	IMAGE=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) VERSION=$(UPGRADE_VERSION) COMMIT=$(COMMIT) \
+image-upgrade: mkimage
+	MKIMAGE=$(MKIMAGE) IMAGE=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) VERSION=$(UPGRADE_VERSION) COMMIT=$(COMMIT) \
 		LDFLAGS='-s -w -X $(BUILDINFO).Version=$(UPGRADE_VERSION) -X $(BUILDINFO).Commit=$(COMMIT)' \
 		PLATFORMS=linux/$(shell $(GO) env GOARCH) OUT=bin/podwire-image-upgrade.tar BUILD_DIR=bin/upgrade scripts/image.sh
 
 push: image
-	$(GO) run ./scripts/mkimage push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)
+	$(MKIMAGE) push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)
 
 tools: $(TOOLS_DIR)/.stamp
 
@@ -103,10 +119,14 @@ $(TOOLS_DIR)/.stamp: Makefile
 test: deps test-unit test-integration test-e2e test-vm test-k8s
 
 test-unit:
-	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/... ./integration/bench/report/
+	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/...
+	$(GO) -C integration test -count=1 ./bench/report/
+	$(GO) -C tools/image test -count=1 ./...
 
+# INTEGRATION_RUN narrows the tests (go test -run) while working on one.
+INTEGRATION_RUN ?= .
 test-integration: deps build tools
-	$(GO) test -count=1 -p 1 -timeout 20m ./integration/
+	$(GO) -C integration test -count=1 -p 1 -timeout 20m -run '$(INTEGRATION_RUN)' .
 
 test-vm: deps build
 	scripts/vm-test.sh
@@ -115,9 +135,9 @@ test-vm: deps build
 # (Debian's 1.6, the legacy leg).
 test-e2e: deps image tools runtime-bins
 	@echo "integration/cri on containerd $(CONTAINERD_VERSION), runc $(RUNC_VERSION)"
-	$(RUNTIME_ENV) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
+	$(RUNTIME_ENV) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) -C integration test -count=1 -timeout 20m ./cri/
 	@echo "integration/cri on the host's containerd and runc (the legacy leg)"
-	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) test -count=1 -timeout 20m ./integration/cri/
+	PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE) $(GO) -C integration test -count=1 -timeout 20m ./cri/
 
 # Built once per version into .cache (a few minutes on 2 cores the first
 # time; a relink of seconds from a warm Go build cache).
@@ -141,18 +161,18 @@ K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_B
 # cluster is private to its run, and the first ends while the second sets
 # up; go test then prints each package's output whole, as it ends.
 # K8S_RUN narrows the tests (go test -run) while working on one; K8S_PKGS
-# the suites.
+# the suites, named from the root (go test runs them in integration/).
 K8S_RUN ?= .
 K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/
 test-k8s: deps image image-upgrade tools k8s-bins
-	$(K8S_TEST_ENV) $(GO) test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(K8S_PKGS)
+	$(K8S_TEST_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
 # beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go),
 # after the cluster package's checks of the images the suites build.
 test-conformance: deps image image-upgrade tools k8s-bins
-	$(K8S_TEST_ENV) $(GO) test -count=1 ./integration/k8s/cluster/
-	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./integration/k8s/multinode/
+	$(K8S_TEST_ENV) $(GO) -C integration test -count=1 ./k8s/cluster/
+	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./k8s/multinode/
 
 # What users feel at pod start (time to Running): TestPodStartup creates 30 pods at
 # once, with podwire chained and without, and writes the mean times into
@@ -164,7 +184,7 @@ bench-k8s: deps image image-upgrade tools k8s-bins
 	mkdir -p .cache/bench-bin
 	$(K8S_TEST_ENV) PODWIRE_K8S_PODSTARTUP=1 PODWIRE_K8S_PODSTARTUP_OUT=$(CURDIR)/.cache/bench-bin/pod-startup.txt \
 		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) PODWIRE_K8S_MEMORY=1 \
-		$(GO) test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations)$$' ./integration/k8s/multinode/
+		$(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations)$$' ./k8s/multinode/
 
 demo: deps build tools
 	scripts/demo.sh
@@ -179,13 +199,11 @@ fuzz:
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	for m in $(MODULES); do echo "go vet in $$m"; $(GO) -C $$m vet ./... || exit 1; done
 	scripts/check-netlink.sh
 	scripts/check-process-shape.sh
 	scripts/check-deps.sh
-	$(GO) -C tools/checkdeps vet .
 	$(GO) -C tools/checkdeps test -count=1 .
-	$(GO) -C tools/chart vet .
 	$(GO) -C tools/chart test -count=1 .
 
 # deploy/*.yaml, rendered from the Helm chart deploy/helm/podwire with the

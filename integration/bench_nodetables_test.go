@@ -25,7 +25,7 @@ import (
 //   - steady: the tables are current: one chain dump, then the pod's elements.
 //
 // Each ADD is followed by an untimed DEL. Run with
-// `go test -run '^$' -bench NodeTables -benchtime 200x ./integration/`.
+// `go -C integration test -run '^$' -bench NodeTables -benchtime 200x .`.
 func BenchmarkNodeTablesADD(b *testing.B) {
 	nodeNS := testns.New(b)
 	podNS := testns.New(b)

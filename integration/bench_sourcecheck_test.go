@@ -29,7 +29,7 @@ import (
 
 // The source-check benchmarks. Run with
 //
-//	go test -run '^$' -bench SourceCheck -benchtime 7x ./integration/
+//	go -C integration test -run '^$' -bench SourceCheck -benchtime 7x .
 //
 // BenchmarkSourceCheckPPS reports packets per second from a pod through the
 // node with 1 and with 1000 pods' elements in the sets, interleaved, and

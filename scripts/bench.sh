@@ -25,8 +25,9 @@ GO=${GO:-go}
 export BENCH_BIN=$PWD/.cache/bench-bin
 export PODWIRE_BIN=${PODWIRE_BIN:-$PWD/bin/podwire} PODWIRE_CNI_BIN=${PODWIRE_CNI_BIN:-$PWD/.cache/cni-bin}
 mkdir -p "$BENCH_BIN"
-CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./integration/bench/passthrough
-CGO_ENABLED=0 $GO test -c -o "$BENCH_BIN/bench.test" ./integration/bench
+# integration/ is a Go module of its own: go runs in it (-C).
+CGO_ENABLED=0 $GO -C integration build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./bench/passthrough
+CGO_ENABLED=0 $GO -C integration test -c -o "$BENCH_BIN/bench.test" ./bench
 out=${BENCH_OUT:-docs/benchmarks.md}
 raw=$BENCH_BIN/bench.txt
 start=$(date +%s)
@@ -82,7 +83,7 @@ fi
 	fi
 } >>"$raw"
 mkdir -p "$(dirname "$out")"
-$GO run ./integration/bench/report "$raw" >"$out"
+$GO -C integration run ./bench/report "$raw" >"$out"
 if [ -d "$strace_dir" ]; then
 	scripts/profile.sh summary "$strace_dir" >>"$out"
 fi

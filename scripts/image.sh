@@ -2,10 +2,11 @@
 # Builds podwire's image offline as an OCI archive, bin/podwire-image.tar: a
 # multi-arch image index (one image per platform of PLATFORMS), each image
 # one layer holding the static binaries podwire-agent and podwire,
-# cross-compiled with CGO_ENABLED=0 into bin/<os>_<arch>/ (scripts/mkimage,
-# with go-containerregistry; no base image, no daemon, no registry).
+# cross-compiled with CGO_ENABLED=0 into bin/<os>_<arch>/ (MKIMAGE, the
+# command of tools/image that `make mkimage` builds, with
+# go-containerregistry; no base image, no daemon, no registry).
 #
-# Run by `make image`, which sets IMAGE (the reference recorded in the
+# Run by `make image`, which sets MKIMAGE, IMAGE (the reference recorded in the
 # archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS;
 # OUT (default bin/podwire-image.tar) and BUILD_DIR (default bin) place
 # another build beside it (`make image-upgrade`).
@@ -28,5 +29,5 @@ for p in $PLATFORMS; do
 	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire-agent" ./cmd/podwire-agent
 	args+=(-platform "$p=$out")
 done
-$GO run ./scripts/mkimage build -o "$OUT" -name "$IMAGE" \
+"${MKIMAGE:?set by make image}" build -o "$OUT" -name "$IMAGE" \
 	-version "$VERSION" -revision "${COMMIT:-}" "${args[@]}" podwire-agent podwire

@@ -45,7 +45,7 @@ esac
 if [ "$1" != summary ]; then
 	case "$1" in timeline | perf | faults) mkdir -p "${dir:?scripts/profile.sh $1 needs a DIR}" ;; esac
 	export BENCH_WRAP
-	CGO_ENABLED=0 $GO test -c -o "$BENCH_BIN/profile.test" ./integration/bench
+	CGO_ENABLED=0 $GO -C integration test -c -o "$BENCH_BIN/profile.test" ./bench
 	"$BENCH_BIN/profile.test" -test.run '^$' -test.bench '^BenchmarkScaling$' -test.benchtime 1x -test.timeout 0 >&2
 fi
 if [ "$1" = strace ] || [ "$1" = summary ]; then

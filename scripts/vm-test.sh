@@ -124,7 +124,7 @@ copy_dynamic() {
 build_binaries() {
 	mkdir -p "$BUILD/bin"
 	log "building the test binary"
-	(cd "$ROOT" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" ./integration/vm) ||
+	(cd "$ROOT/integration" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" ./vm) ||
 		die "building integration/vm failed"
 	rm -f "$BUILD/bin/podwire"
 	if [ -n "${PODWIRE_BIN:-}" ]; then

@@ -231,7 +231,7 @@ func deployManifests(image string) (string, error) {
 
 // pushImage pushes the archive of `make image` to the run's registry
 // (cluster.StartRegistry, on the outside network) under its version tag
-// with the push command of `make push` (scripts/mkimage push), run in the
+// with the push command of `make push` (tools/image push), run in the
 // outside netns, and returns the reference it printed, pinned by digest. The
 // kubelet then pulls it from there through containerd, which unpacks the
 // node's platform of the multi-arch index.

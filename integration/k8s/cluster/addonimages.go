@@ -10,11 +10,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/podwire/podwire/internal/ociimage"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // The add-ons' images (flannel, kube-proxy, CoreDNS, agnhost) are built here with
-// internal/ociimage from binaries the run built from source and from the
+// tools/image/ociimage from binaries the run built from source and from the
 // host's own programs (nft and iptables with their shared libraries,
 // busybox), and pushed to the run's registry (StartRegistry): the nodes'
 // containerd pulls them from there as from any registry.

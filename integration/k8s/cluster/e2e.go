@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/podwire/podwire/internal/ociimage"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // WriteE2ERepoList writes, at path, the KUBE_TEST_REPO_LIST file of

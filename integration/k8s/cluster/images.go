@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/podwire/podwire/internal/ociimage"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // PauseImage is the sandbox image of the cluster, built by Start and
@@ -44,7 +44,7 @@ func main() {
 }
 `
 
-// ImageFile is one entry of an image (internal/ociimage.File): a regular
+// ImageFile is one entry of an image (tools/image/ociimage.File): a regular
 // file, or a symlink.
 type ImageFile = ociimage.File
 

@@ -10,8 +10,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/podwire/podwire/internal/ociimage"
 	"github.com/podwire/podwire/internal/testns"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // addonBins returns the directories of the binaries the add-on images are

@@ -112,7 +112,7 @@ func CNIVersionLine(ctx context.Context, name, plugin string) string {
 
 // PushArchive pushes an archive of `make image` (recorded as imageRef,
 // REGISTRY/podwire-agent:VERSION) to the run's registry under its version
-// tag with `make push`'s command (scripts/mkimage push), run in the outside
+// tag with `make push`'s command (tools/image push), run in the outside
 // netns, and returns the reference it printed, pinned by digest. The
 // registry must be running (StartRegistry).
 func (c *Cluster) PushArchive(ctx context.Context, archive, imageRef string) (string, error) {
@@ -122,7 +122,7 @@ func (c *Cluster) PushArchive(ctx context.Context, archive, imageRef string) (st
 	}
 	ref := RegistryHost + "/podwire/podwire-agent" + imageRef[i:]
 	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
-		"go", "run", "github.com/podwire/podwire/scripts/mkimage", "push", archive, ref).Output()
+		"go", "run", "github.com/podwire/podwire/tools/image", "push", archive, ref).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -1,5 +1,8 @@
 // Command mkimage builds podwire's image offline and pushes it, with
-// internal/ociimage over go-containerregistry (no daemon, no base image).
+// ociimage over go-containerregistry (no daemon, no base image). It is a
+// module of its own (tools/image) so that the root module, which the plugin
+// and the agent link, does not require go-containerregistry; the Makefile
+// builds it into bin/mkimage.
 //
 // build writes an OCI archive (an OCI image layout in a tar) holding one
 // multi-arch image index: per platform, one image of one layer with the
@@ -7,7 +10,7 @@
 // archive as it is (it names the image from the io.containerd.image.name
 // annotation and unpacks the node's platform):
 //
-//	go run ./scripts/mkimage build -o bin/podwire-image.tar \
+//	bin/mkimage build -o bin/podwire-image.tar \
 //	    -name ghcr.io/podwire/podwire-agent:v0.1.0 -version v0.1.0 -revision <commit> \
 //	    -platform linux/amd64=bin/linux_amd64 -platform linux/arm64=bin/linux_arm64 \
 //	    podwire-agent podwire
@@ -19,7 +22,7 @@
 // loopback, localhost or a private (RFC 1918) address is reached over plain
 // HTTP when it does not answer HTTPS; -insecure allows it for any host:
 //
-//	go run ./scripts/mkimage push [-insecure] bin/podwire-image.tar registry.example/podwire/podwire-agent:v0.1.0
+//	bin/mkimage push [-insecure] bin/podwire-image.tar registry.example/podwire/podwire-agent:v0.1.0
 package main
 
 import (

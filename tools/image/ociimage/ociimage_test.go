@@ -19,8 +19,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/podwire/podwire/internal/ociimage"
 	"github.com/podwire/podwire/internal/testns"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // runIn unpacks img into a temporary root and runs argv there under

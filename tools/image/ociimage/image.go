@@ -1,5 +1,5 @@
 // Package ociimage is podwire's one OCI image writer: the agent's
-// multi-arch image (scripts/mkimage) and the test suites' images (pause,
+// multi-arch image (tools/image) and the test suites' images (pause,
 // flannel, kube-proxy, agnhost) are built, archived and pushed with it, on
 // top of github.com/google/go-containerregistry, with no daemon and no
 // base image.

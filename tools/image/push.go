@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/podwire/podwire/internal/ociimage"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // push uploads the index of the OCI archive (build's output) to ref and

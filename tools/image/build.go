@@ -7,7 +7,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/podwire/podwire/internal/ociimage"
+	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
 // buildOptions are build's flags: the binaries bins, taken from each
