@@ -64,7 +64,7 @@ export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 # chart's renderer and the linters are modules of their own, each tied to
 # the root by a replace, so their dependencies stay out of the product's
 # go.mod. `make lint` vets every one.
-MODULES := . integration tools/chart tools/checkdeps tools/image
+MODULES := . integration tools/chart tools/checkdeps tools/image tools/lint
 # mkimage, the image builder of tools/image (scripts/image.sh, make push).
 MKIMAGE := $(CURDIR)/bin/mkimage
 # Package paths as callers name them from the root (./integration/x/) to
@@ -197,11 +197,16 @@ FUZZTIME ?= 100000x
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
+# The forbidigo rules of .golangci.yml (netlink dumps, the process shape),
+# run by tools/lint: forbidigo's analyzer at the version of tools/lint/go.mod,
+# built into LINT_BIN (a no-op build when nothing changed), over every module.
+LINT_BIN := $(CURDIR)/bin/lint
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	for m in $(MODULES); do echo "go vet in $$m"; $(GO) -C $$m vet ./... || exit 1; done
-	scripts/check-netlink.sh
-	scripts/check-process-shape.sh
+	$(GO) -C tools/lint build -trimpath -o $(LINT_BIN) .
+	for m in $(MODULES); do echo "forbidigo in $$m"; (cd $$m && $(LINT_BIN) -config $(CURDIR)/.golangci.yml) || exit 1; done
+	scripts/check-figures.sh
 	scripts/check-deps.sh
 	$(GO) -C tools/checkdeps test -count=1 .
 	$(GO) -C tools/chart test -count=1 .

@@ -20,7 +20,7 @@ import (
 // addresses and routes come and go all the time, a podwire ADD that passed
 // that error on would fail the pod. podwire's dumps go through
 // containernetworking/plugins/pkg/netlinksafe, which retries them
-// (scripts/check-netlink.sh keeps it so).
+// (a forbidigo rule of .golangci.yml keeps it so).
 //
 // Link and address dumps are the ones the kernel flags (rtnl_dump_ifinfo,
 // inet_dump_ifaddr, inet6_dump_addr check dev_base_seq / the address

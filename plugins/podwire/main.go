@@ -25,7 +25,7 @@ import (
 // changes a thread's netns only inside ns.Do (and WithNetNSPath), which runs
 // the work on a goroutine locked to a thread of its own and lets that thread
 // die if it cannot switch back, so every other thread stays in the netns
-// the plugin was started in. scripts/check-process-shape.sh (make lint)
+// the plugin was started in. make lint (forbidigo rules of .golangci.yml)
 // fails on any other netns switch or thread lock.
 func main() {
 	if os.Getenv("CNI_COMMAND") == "" {

@@ -1,7 +1,7 @@
 // Package oneproc owns the plugin's GOMAXPROCS: it sets one P when it is
 // initialised, and [Widen] gives the runtime's default back for the one
 // parallel part of an invocation. Nothing else in the plugin sets
-// GOMAXPROCS (scripts/check-process-shape.sh fails on it).
+// GOMAXPROCS (a forbidigo rule of .golangci.yml fails on it).
 //
 // Why one P: an invocation is a short sequential program, and with idle Ps
 // every goroutine it starts wakes another OS thread (a futex wake and a
