@@ -391,9 +391,8 @@ func TestClosedByDefault(t *testing.T) {
 func waitNoAgent(t *testing.T, ctx context.Context, n *cluster.Node) {
 	t.Helper()
 	for {
-		names := kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
-			"--field-selector", "spec.nodeName="+n.Name, "-o", "name")
-		if strings.TrimSpace(names) == "" {
+		names := agentPods(t, n.Name, "{.items[*].metadata.name}")
+		if names == "" {
 			return
 		}
 		if ctx.Err() != nil {

@@ -266,11 +266,17 @@ func TestNodeDataBounded(t *testing.T) {
 // agentLogs is the log of the podwire agent on node.
 func agentLogs(t *testing.T, ctx context.Context, node string) string {
 	t.Helper()
-	pod := strings.TrimSpace(kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
-		"--field-selector", "spec.nodeName="+node, "-o", "jsonpath={.items[0].metadata.name}"))
-	out, err := c.Kubectl(ctx, "", "-n", agentNS, "logs", pod)
+	out, err := c.Kubectl(ctx, "", "-n", agentNS, "logs", agentPods(t, node, "{.items[0].metadata.name}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// agentPods is the podwire agent pods of node, printed with the kubectl
+// JSONPath template jsonpath, trimmed.
+func agentPods(t *testing.T, node, jsonpath string) string {
+	t.Helper()
+	return strings.TrimSpace(kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
+		"--field-selector", "spec.nodeName="+node, "-o", "jsonpath="+jsonpath))
 }

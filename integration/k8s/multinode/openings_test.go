@@ -158,8 +158,7 @@ func TestAgentForceDeleted(t *testing.T) {
 	receiver := runPod(t, "default", "forcedel-receiver", n1, nil)
 	sink, to := listen(t, receiver, 7408)
 	forged := netip.MustParseAddr("10.244.1.248")
-	agentPod := strings.TrimSpace(kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
-		"--field-selector", "spec.nodeName="+n2.Name, "-o", "jsonpath={.items[0].metadata.name}"))
+	agentPod := agentPods(t, n2.Name, "{.items[0].metadata.name}")
 	if agentPod == "" {
 		t.Fatalf("no agent pod on %s", n2.Name)
 	}
@@ -199,8 +198,7 @@ func TestAgentForceDeleted(t *testing.T) {
 
 	marker := filepath.Join(n2.Path("/run/podwire"), install.UninstalledName)
 	if err := cnitest.Eventually(time.Minute, func() error {
-		out := kubectl(t, "", "-n", agentNS, "get", "pods", "-l", "app.kubernetes.io/name=podwire-agent",
-			"--field-selector", "spec.nodeName="+n2.Name, "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}")
+		out := agentPods(t, n2.Name, `{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 		if f := strings.Fields(out); len(f) != 2 || f[0] == agentPod || f[1] != "True" {
 			return fmt.Errorf("%s's agent pods: %q", n2.Name, out)
 		}
