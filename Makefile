@@ -183,7 +183,8 @@ PODSTARTUP_BURSTS ?= 4
 bench-k8s: deps image image-upgrade tools k8s-bins
 	mkdir -p .cache/bench-bin
 	$(K8S_TEST_ENV) PODWIRE_K8S_PODSTARTUP=1 PODWIRE_K8S_PODSTARTUP_OUT=$(CURDIR)/.cache/bench-bin/pod-startup.txt \
-		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) PODWIRE_K8S_MEMORY=1 \
+		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) \
+		PODWIRE_K8S_MEMORY=1 PODWIRE_K8S_MEMORY_OUT=$(CURDIR)/.cache/bench-bin/agent-memory.txt \
 		$(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations)$$' ./k8s/multinode/
 
 demo: deps build tools

@@ -81,6 +81,11 @@ fi
 	if [ -f "$BENCH_BIN/pod-startup.txt" ]; then
 		cat "$BENCH_BIN/pod-startup.txt"
 	fi
+	# The agent's memory under annotations of the same run
+	# (TestAgentMemoryUnderAnnotations), "agentmemory-*: value".
+	if [ -f "$BENCH_BIN/agent-memory.txt" ]; then
+		cat "$BENCH_BIN/agent-memory.txt"
+	fi
 } >>"$raw"
 mkdir -p "$(dirname "$out")"
 $GO -C integration run ./bench/report "$raw" >"$out"

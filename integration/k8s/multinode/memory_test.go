@@ -32,8 +32,11 @@ const (
 // kubelet refuses them at admission (phase Failed, no sandbox): the agent
 // watches the pods of its node by spec.nodeName whatever their phase, and
 // the measure costs no container. It prints "agent-memory:" lines and
-// fails when the peak RSS passes half the DaemonSet's memory limit.
-// Opt-in (PODWIRE_K8S_MEMORY=1, `make bench-k8s`): about three minutes.
+// fails when the peak RSS passes half the DaemonSet's memory limit. With
+// PODWIRE_K8S_MEMORY_OUT it writes the figures as "agentmemory-...: value"
+// lines into that file, which `make bench` puts into docs/benchmarks.md.
+// Opt-in (PODWIRE_K8S_MEMORY=1, `make bench-k8s`): about a minute and a
+// half.
 func TestAgentMemoryUnderAnnotations(t *testing.T) {
 	if os.Getenv("PODWIRE_K8S_MEMORY") == "" {
 		t.Skip("opt-in: PODWIRE_K8S_MEMORY=1 (make bench-k8s)")
@@ -101,5 +104,13 @@ func TestAgentMemoryUnderAnnotations(t *testing.T) {
 		memoryPods, n.Name, memoryFiller>>10, created.Round(time.Second), patches, rounds, before/mib, peak/mib, limit.String(), half/mib)
 	if peak > half {
 		t.Errorf("%s's agent: RSS peak %.1f MiB, over half its %s limit", n.Name, peak/mib, limit.String())
+	}
+	if out := os.Getenv("PODWIRE_K8S_MEMORY_OUT"); out != "" {
+		figures := fmt.Sprintf("agentmemory-date: %s\nagentmemory-pods: %d\nagentmemory-filler-kib: %d\nagentmemory-patches: %d\n"+
+			"agentmemory-rss-before-mib: %.1f\nagentmemory-rss-peak-mib: %.1f\nagentmemory-limit-mib: %.0f\n",
+			time.Now().UTC().Format("2006-01-02 15:04 UTC"), memoryPods, memoryFiller>>10, patches, before/mib, peak/mib, float64(limit.Value())/mib)
+		if err := os.WriteFile(out, []byte(figures), 0o644); err != nil {
+			t.Error(err)
+		}
 	}
 }
