@@ -107,9 +107,9 @@ type Agent struct {
 	node   *Node
 	events corev1client.EventsGetter
 	m      *metrics
-	// podEvents records the plugin's refusals on the pods (events.go),
+	// ev records the agent's Events on its Node and on pods (events.go),
 	// from Run's start.
-	podEvents *podEvents
+	ev *events
 
 	mu     sync.Mutex
 	status agentapi.Status
@@ -179,8 +179,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := ensureStateDir(a.cfg.StateDir); err != nil {
 		return err
 	}
-	a.podEvents = newPodEvents(a.events, a.cfg.Node)
-	defer a.podEvents.stop()
+	a.ev = newEvents(a.events, a.cfg.Node, nil)
+	defer a.ev.stop()
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
 	if err := a.clearUninstalled(); err != nil {
@@ -384,9 +384,7 @@ func (a *Agent) syncChain(ctx context.Context) {
 	}
 	msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonChainRestored, msg, time.Now()); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
 }
 
 // syncEgress writes the node's egress annotation when it changed.
@@ -461,9 +459,7 @@ func (a *Agent) repair(ctx context.Context) {
 	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
 		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonTablesRepaired, msg)
 }
 
 // readNode reads the records and the drop counters for /metrics, on the

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/podwire/podwire/pkg/cliapi"
 )
 
@@ -98,9 +100,7 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 		msg += "; their sources are checked (unknownInterfaces=drop)"
 	}
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonUnknownInterfaces, msg, now); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonUnknownInterfaces, msg)
 }
 
 // describeUnknown is one line of the status: the interface, where it is,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/podwire/podwire/pkg/cliapi"
 )
@@ -69,7 +70,5 @@ func (a *Agent) noteVLAN(ctx context.Context, res *cliapi.RepairResult) {
 	}
 	msg := "the VLAN wiring of pods had drifted and was repaired: " + strings.Join(res.VLANRepaired, "; ")
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonVLANRepaired, msg, time.Now()); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonVLANRepaired, msg)
 }
