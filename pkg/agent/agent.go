@@ -11,8 +11,10 @@
 //     (ClusterNodes);
 //   - publishes the prefixes its node's forwarding pods serve on its Node,
 //     and routes the other nodes' (routes.go);
-//   - repairs drift of podwire's nftables tables every few seconds and
-//     records each repair in its log and as an Event on the Node;
+//   - repairs drift of podwire's nftables tables and VLAN wiring when the
+//     kernel's notifications show another owner's change (and by a slow
+//     poll as a backstop), and records each repair in its log and as an
+//     Event on the Node;
 //   - removes stale attachments, whose pod is gone while the runtime never
 //     ran their DEL, by the plugin's DEL (collect.go);
 //   - reports its health on a localhost HTTP port (/healthz, /readyz), and
@@ -60,9 +62,15 @@ type Config struct {
 	// Socket is the unix socket the plugin asks (default StateDir/agent.sock).
 	Socket string
 	Chain  Chain
-	// Interval is the period of the drift check of the chain, the tables
-	// and the egress file (default 3 s; repairs are due within 10 s).
+	// Interval is the period of the drift check of the chain, the egress
+	// file and the cluster's CIDRs (default 3 s; repairs are due within
+	// 10 s).
 	Interval time.Duration
+	// RepairInterval is the period of the tables' backstop repair (default
+	// 60 s): drift is seen from nftables' and the links' notifications and
+	// repaired within tableSettle; the poll catches what a lost
+	// notification would hide.
+	RepairInterval time.Duration
 	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
 	HealthAddr string
 	// MetricsAddr serves /metrics ("" = none), e.g. :9178.
@@ -144,6 +152,9 @@ type Agent struct {
 	// collector removes stale attachments (collect.go; the drift loop's
 	// goroutine only).
 	collector *staleCollector
+	// own tells this agent's commits from other owners' (nftwatch.go; the
+	// drift loop's goroutine only).
+	own *ownGens
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -154,6 +165,9 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 3 * time.Second
+	}
+	if cfg.RepairInterval == 0 {
+		cfg.RepairInterval = 60 * time.Second
 	}
 	if cfg.CollectGrace == 0 {
 		cfg.CollectGrace = collectGrace
@@ -169,6 +183,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
 		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
 		errs:   map[string]string{},
+		own:    newOwnGens(),
 	}
 }
 
@@ -220,6 +235,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// subscribed before the first repair, so that nothing changed after it
 	// (and after Ready) goes unseen.
 	links := a.subscribeLinks(ctx)
+	// The same for nftables: another owner's change to a podwire table
+	// (nft flush ruleset, an element deleted) is repaired at once.
+	tables := a.watchTables(ctx)
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
@@ -251,7 +269,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	var vlanDue <-chan time.Time
+	backstop := time.NewTicker(a.cfg.RepairInterval)
+	defer backstop.Stop()
+	// repairDue is the settled repair of the whole node, after another
+	// owner's change or a change of what the tables should be (egress
+	// annotation, the cluster's CIDRs, unknown interfaces).
+	var repairDue <-chan time.Time
+	due := func(after time.Duration) {
+		if repairDue == nil {
+			repairDue = time.After(after)
+		}
+	}
+	// unknownDue is the look for unknown interfaces, after a veth came
+	// or went, or when one found passes its grace.
+	var vlanDue, unknownDue <-chan time.Time
+	graceDue := func() {
+		if at, ok := a.unknownGraceEnds(); ok && unknownDue == nil {
+			unknownDue = time.After(time.Until(at))
+		}
+	}
 	// A primary's installer writes in several steps (temporary file,
 	// rename): settle briefly after a burst of events.
 	var settle <-chan time.Time
@@ -270,6 +306,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case err := <-watch.Errors:
 			a.log.Warn("conf dir watch", "error", err)
+		case _, ok := <-tables.readyChan():
+			changes, lost := tables.take()
+			if !ok {
+				// The socket failed (ENOBUFS): subscribe again, and
+				// repair, since a change may have been lost.
+				tables = a.watchTables(ctx)
+				lost = true
+			}
+			if lost || a.foreignChange(changes) {
+				due(tableSettle)
+			}
 		case u, ok := <-links:
 			if !ok {
 				// The socket failed (ENOBUFS when notifications came
@@ -282,10 +329,34 @@ func (a *Agent) Run(ctx context.Context) error {
 			if vlanDue == nil && a.watchesLink(u) {
 				vlanDue = time.After(vlanSettle)
 			}
+			if unknownDue == nil && a.mayBeUnknown(u) {
+				unknownDue = time.After(unknownSettle)
+			}
 		case <-vlanDue:
 			vlanDue = nil
 			if !a.superseded() {
+				a.repairVLANs(ctx)
+			}
+		case <-unknownDue:
+			unknownDue = nil
+			if a.superseded() {
+				continue
+			}
+			if a.unknownChanged(time.Now()) {
+				due(0)
+			} else if at, ok := a.unknownGraceEnds(); ok {
+				unknownDue = time.After(time.Until(at))
+			}
+		case <-repairDue:
+			repairDue = nil
+			if !a.superseded() {
 				a.repair(ctx)
+				graceDue()
+			}
+		case <-backstop.C:
+			if !a.superseded() {
+				a.repair(ctx)
+				graceDue()
 			}
 		case <-settle:
 			settle = nil
@@ -306,10 +377,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			// agent keeps podwire on the node.
 			a.setErr("uninstall marker", a.clearUninstalled())
 			a.syncChain(ctx)
-			a.syncEgress()
-			a.syncCluster()
+			egress, cluster := a.syncEgress(), a.syncCluster()
+			if egress || cluster {
+				// What the tables should be changed.
+				due(0)
+			}
 			a.syncRoutes(ctx)
-			a.repair(ctx)
 			a.collectStale(ctx)
 			a.noteRevoked(ctx)
 			a.readNode()
@@ -387,8 +460,9 @@ func (a *Agent) syncChain(ctx context.Context) {
 	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
 }
 
-// syncEgress writes the node's egress annotation when it changed.
-func (a *Agent) syncEgress() {
+// syncEgress writes the node's egress annotation when it changed, and
+// says whether it did.
+func (a *Agent) syncEgress() bool {
 	v, changed, err := a.node.WriteEgress(time.Now())
 	a.setErr("egress annotation", err)
 	if changed {
@@ -397,20 +471,21 @@ func (a *Agent) syncEgress() {
 	a.mu.Lock()
 	a.status.EgressIPs = v
 	a.mu.Unlock()
+	return changed
 }
 
 // syncCluster writes the cluster's pod CIDRs, node IPs and forwarded
 // prefixes (the other Nodes' that pass the bounds, and this node's
-// records') when they changed; the repair that follows brings the egress
-// table's exceptions up to date.
-func (a *Agent) syncCluster() {
+// records') when they changed, and says whether it did: the repair that
+// follows brings the egress table's exceptions up to date.
+func (a *Agent) syncCluster() bool {
 	if a.cfg.Cluster == nil {
-		return
+		return false
 	}
 	_, local, err := a.recordRoutes()
 	if err != nil {
 		a.setErr("cluster CIDRs", err)
-		return
+		return false
 	}
 	r, changed, err := a.cfg.Cluster.Write(a.cfg.Node, local, a.routableBounds)
 	a.setErr("cluster CIDRs", err)
@@ -422,6 +497,7 @@ func (a *Agent) syncCluster() {
 	if changed {
 		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
 	}
+	return changed
 }
 
 // repair verifies podwire's tables and repairs drift (repairTables); each
@@ -433,9 +509,7 @@ func (a *Agent) repair(ctx context.Context) {
 	if conflist == "" {
 		return // not in the chain yet: nothing says what the tables are
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairArgs(time.Now())...)
+	res, err := a.repairTables(ctx, conflist, time.Now())
 	a.setErr("table repair", err)
 	if err != nil {
 		return

@@ -5,21 +5,67 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/podwire/podwire/pkg/cliapi"
-	corev1 "k8s.io/api/core/v1"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/noderepair"
 )
 
 // repairTables is the one place the agent verifies and repairs podwire's
-// node tables. It runs the installed plugin's `podwire repair`, which is
-// ADD's own verify and apply (nft.Ensure with every step's tables and every
-// record's elements, under the node lock): the repair is exactly what the
-// next ADD would do, by the binary the runtime runs. args are repair's
-// further flags (the unknown interfaces, unknown.go).
-func repairTables(ctx context.Context, plugin, conflist string, args ...string) (*cliapi.RepairResult, error) {
-	cmd := exec.CommandContext(ctx, plugin, append([]string{"repair", "--conflist", conflist}, args...)...)
+// node tables: noderepair.Run, the code of `podwire repair`, which is ADD's
+// own verify and apply (nft.Ensure with every step's tables and every
+// record's elements, under the node lock) plus the unknown interfaces and
+// the VLAN wiring. It runs in the agent's process, in the node's netns
+// (the loop's thread), and the generations it commits are remembered as
+// the agent's own (nftwatch.go).
+//
+// The repair must write what the next ADD verifies, which is the installed
+// binary's ruleset: Chain.Sync installs this agent's own plugin before
+// anything else, so the two are one build, unless the last sync failed.
+// Then the installed binary (maybe another version) runs `podwire repair`
+// as a process, so that the agent and the runtime's ADDs do not rebuild
+// each other's tables.
+func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time) (*cliapi.RepairResult, error) {
+	a.mu.Lock()
+	chainErr := a.errs["chain"]
+	a.mu.Unlock()
+	if chainErr != "" {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return execRepair(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairOptions(now))
+	}
+	conf, err := readEntryConf(conflist)
+	if err != nil {
+		return nil, err
+	}
+	from, genErr := nft.Generation()
+	res, err := noderepair.Run(conf, conflist, a.repairOptions(now))
+	if genErr == nil {
+		if to, err := nft.Generation(); err == nil {
+			a.own.add(ownWindow{from: from, to: to})
+		}
+	}
+	return res, err
+}
+
+// execRepair runs the plugin binary's `podwire repair` with opts.
+func execRepair(ctx context.Context, plugin, conflist string, opts noderepair.Options) (*cliapi.RepairResult, error) {
+	args := []string{"repair", "--conflist", conflist}
+	if opts.Unknown {
+		args = append(args, "--unknown")
+	}
+	if len(opts.Drop) > 0 {
+		args = append(args, "--drop-unknown", strings.Join(slices.Sorted(maps.Keys(opts.Drop)), ","))
+	}
+	cmd := exec.CommandContext(ctx, plugin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -101,6 +101,18 @@ func unknownInterfaces(c nft.Conn, conf *config.NetConf, env nodetables.Env, con
 	return found, atomicfile.WriteFile(path, b, 0o600)
 }
 
+// Unknown lists the node's pod interfaces without a record, as a repair
+// with Options.Unknown would, and changes nothing: the node agent's cheap
+// look, after a veth came or went, before it repairs.
+func Unknown(conf *config.NetConf, conflist string) ([]cliapi.UnknownInterface, error) {
+	recs, _ := state.New(conf.StateDir).List()
+	bridges, nets := primaryPodNets(conflist)
+	if c, err := nodetables.ReadCluster(conf.StateDir); err == nil && c != nil {
+		nets = append(nets, c.PodCIDRs...)
+	}
+	return findUnknown(recs, bridges, nets)
+}
+
 // AddUnknownElements adds u's source-check elements to e.
 func AddUnknownElements(e nft.Elements, u cliapi.UnknownInterface) {
 	sourcecheck.AddElements(e, sourcecheck.Pod{HostIfName: u.Name, Addresses: u.Addresses,
