@@ -27,6 +27,8 @@ export PODWIRE_BIN=${PODWIRE_BIN:-$PWD/bin/podwire} PODWIRE_CNI_BIN=${PODWIRE_CN
 mkdir -p "$BENCH_BIN"
 CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./integration/bench/passthrough
 CGO_ENABLED=0 $GO test -c -o "$BENCH_BIN/bench.test" ./integration/bench
+# BenchmarkAgent's agent process (BENCH_AGENT names another build).
+CGO_ENABLED=0 $GO build -trimpath -o "$BENCH_BIN/agentproc" ./integration/bench/agentproc
 out=${BENCH_OUT:-docs/benchmarks.md}
 raw=$BENCH_BIN/bench.txt
 start=$(date +%s)
