@@ -106,8 +106,9 @@ func (c *Chain) Sync() (*SyncResult, error) {
 	res := &SyncResult{}
 	var err error
 	if c.BinDir != "" && c.Plugin != "" {
-		// The byte-wise compare of two binaries of a few MiB was most of
-		// an idle agent's CPU: it runs only when either file changed.
+		// A byte-wise compare of two binaries of a few MiB at every tick
+		// would be most of an idle agent's CPU: it runs only when either
+		// file changed.
 		dst := filepath.Join(c.BinDir, install.PluginType)
 		now := [2]fileStamp{stamp(c.Plugin), stamp(dst)}
 		if now != c.installed || now[0] == (fileStamp{}) || now[1] == (fileStamp{}) {
