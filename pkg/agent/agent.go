@@ -241,7 +241,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
-	a.repair(ctx)
+	_ = a.repair(ctx) // a failure is retried from the loop (verified)
 	a.readNode()
 	a.markReady()
 	a.syncTaint(ctx)
@@ -287,6 +287,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		if at, ok := a.unknownGraceEnds(); ok && unknownDue == nil {
 			unknownDue = time.After(time.Until(at))
 		}
+	}
+	// retry is the wait before a failed repair's next attempt: doubled
+	// from a second up to repairRetryMax while it fails, so that a
+	// transient failure waits for neither the backstop nor a change.
+	var retry time.Duration
+	repairNow := func() {
+		if a.repair(ctx) {
+			retry = 0
+		} else {
+			retry = min(max(2*retry, time.Second), repairRetryMax)
+			due(retry)
+		}
+		graceDue()
 	}
 	// A primary's installer writes in several steps (temporary file,
 	// rename): settle briefly after a burst of events.
@@ -350,18 +363,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-repairDue:
 			repairDue = nil
 			if !a.superseded() {
-				a.repair(ctx)
-				graceDue()
+				repairNow()
 			}
 		case <-backstop.C:
 			if !a.superseded() {
-				a.repair(ctx)
-				graceDue()
+				repairNow()
 			}
 		case <-settle:
 			settle = nil
-			if !a.superseded() {
-				a.syncChain(ctx)
+			if !a.superseded() && a.syncChain(ctx) {
+				due(0)
 			}
 		case <-tick.C:
 			if a.superseded() {
@@ -376,10 +387,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			// stop, decided as an uninstall, racing a reinstall): this
 			// agent keeps podwire on the node.
 			a.setErr("uninstall marker", a.clearUninstalled())
-			a.syncChain(ctx)
+			chain := a.syncChain(ctx)
 			egress, cluster := a.syncEgress(), a.syncCluster()
-			if egress || cluster {
-				// What the tables should be changed.
+			if chain || egress || cluster || !a.verified() {
+				// What the tables should be changed, or they were
+				// never verified (podwire was not in a chain yet).
 				due(0)
 			}
 			a.syncRoutes(ctx)
@@ -428,17 +440,20 @@ func (a *Agent) setErr(what string, err error) {
 }
 
 // syncChain installs the binary and puts podwire's entry back in the chain;
-// a restore after the first sync is logged and recorded on the Node.
-func (a *Agent) syncChain(ctx context.Context) {
+// a restore after the first sync is logged and recorded on the Node. It
+// says whether the conflist holding podwire was written or is another
+// file, either of which may change what the tables should be.
+func (a *Agent) syncChain(ctx context.Context) bool {
 	res, err := a.cfg.Chain.Sync()
 	a.setErr("chain", err)
 	if err != nil {
-		return
+		return false
 	}
 	a.setErr("chain in use", a.cfg.Chain.InUse(res.Conflist))
 	a.writePrimaryType(res.PrimaryType)
 	a.mu.Lock()
 	first := a.status.Conflist == ""
+	moved := a.status.Conflist != res.Conflist
 	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
 	if res.ConflistChanged && !first {
 		a.status.Restores++
@@ -449,15 +464,16 @@ func (a *Agent) syncChain(ctx context.Context) {
 		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
 	}
 	if !res.ConflistChanged {
-		return
+		return moved
 	}
 	if first {
 		a.log.Info("podwire put in the chain", "conflist", res.Conflist, "primary", res.Primary, "mode", res.Mode)
-		return
+		return true
 	}
 	msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
 	a.log.Warn(msg)
 	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
+	return true
 }
 
 // syncEgress writes the node's egress annotation when it changed, and
@@ -502,17 +518,17 @@ func (a *Agent) syncCluster() bool {
 
 // repair verifies podwire's tables and repairs drift (repairTables); each
 // repair is logged and recorded as an Event on the Node.
-func (a *Agent) repair(ctx context.Context) {
+func (a *Agent) repair(ctx context.Context) bool {
 	a.mu.Lock()
 	conflist := a.status.Conflist
 	a.mu.Unlock()
 	if conflist == "" {
-		return // not in the chain yet: nothing says what the tables are
+		return true // not in the chain yet: nothing says what the tables are
 	}
 	res, err := a.repairTables(ctx, conflist, time.Now())
 	a.setErr("table repair", err)
 	if err != nil {
-		return
+		return false
 	}
 	a.noteUnknown(ctx, res.Unknown, time.Now())
 	a.noteEgressErrors(ctx, res.Errors)
@@ -521,7 +537,7 @@ func (a *Agent) repair(ctx context.Context) {
 	a.tablesVerified = true
 	a.mu.Unlock()
 	if !res.Repaired {
-		return
+		return true
 	}
 	a.m.repaired(res)
 	tables := res.Tables
@@ -534,6 +550,7 @@ func (a *Agent) repair(ctx context.Context) {
 		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
 	a.log.Warn(msg)
 	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonTablesRepaired, msg)
+	return true
 }
 
 // readNode reads the records and the drop counters for /metrics, on the
@@ -626,4 +643,14 @@ func (a *Agent) writePrimaryType(typ string) {
 		return
 	}
 	a.setErr("primary type", atomicfile.WriteFile(path, []byte(typ), 0o600))
+}
+
+// repairRetryMax bounds the wait between the attempts of a failing repair.
+const repairRetryMax = 30 * time.Second
+
+// verified reports whether a table repair has succeeded since the start.
+func (a *Agent) verified() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tablesVerified
 }
