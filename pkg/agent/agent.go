@@ -155,6 +155,9 @@ type Agent struct {
 	// own tells this agent's commits from other owners' (nftwatch.go; the
 	// drift loop's goroutine only).
 	own *ownGens
+	// env is envKey before the last repair (nodeenv.go; the drift loop's
+	// goroutine only).
+	env string
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -238,6 +241,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The same for nftables: another owner's change to a podwire table
 	// (nft flush ruleset, an element deleted) is repaired at once.
 	tables := a.watchTables(ctx)
+	// And for the node's addresses and routes, which the node tables
+	// follow (egress IPs, uplinks).
+	envs := a.subscribeEnv(ctx)
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
@@ -282,7 +288,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// unknownDue is the look for unknown interfaces, after a veth came
 	// or went, or when one found passes its grace.
-	var vlanDue, unknownDue <-chan time.Time
+	var vlanDue, unknownDue, envDue <-chan time.Time
 	graceDue := func() {
 		if at, ok := a.unknownGraceEnds(); ok && unknownDue == nil {
 			unknownDue = time.After(time.Until(at))
@@ -293,6 +299,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	// transient failure waits for neither the backstop nor a change.
 	var retry time.Duration
 	repairNow := func() {
+		// What the tables should be, read before the repair reads it:
+		// a change after this read is seen again by the next look.
+		if k, ok := a.envKey(); ok {
+			a.env = k
+		}
 		if a.repair(ctx) {
 			retry = 0
 		} else {
@@ -329,6 +340,20 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			if lost || a.foreignChange(changes) {
 				due(tableSettle)
+			}
+		case _, ok := <-envs:
+			if !ok {
+				envs = a.subscribeEnv(ctx)
+				due(0) // a change may have been lost
+				continue
+			}
+			if envDue == nil {
+				envDue = time.After(envSettle)
+			}
+		case <-envDue:
+			envDue = nil
+			if k, ok := a.envKey(); ok && k != a.env && !a.superseded() {
+				due(0)
 			}
 		case u, ok := <-links:
 			if !ok {
