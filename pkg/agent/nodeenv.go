@@ -33,7 +33,7 @@ func (a *Agent) subscribeEnv(ctx context.Context) <-chan struct{} {
 	}
 	err := netlink.AddrSubscribeWithOptions(addrs, sub.Done(), netlink.AddrSubscribeOptions{ErrorCallback: onErr})
 	if err == nil {
-		err = netlink.RouteSubscribeWithOptions(routes, sub.Done(), netlink.RouteSubscribeOptions{ErrorCallback: onErr})
+		err = netlink.RouteSubscribeWithOptions(routes, sub.Done(), netlink.RouteSubscribeOptions{ErrorCallback: onErr}) // no dump
 	}
 	if err != nil {
 		cancel()
