@@ -28,6 +28,8 @@ mkdir -p "$BENCH_BIN"
 # integration/ is a Go module of its own: go runs in it (-C).
 CGO_ENABLED=0 $GO -C integration build -trimpath -ldflags '-s -w' -o "$BENCH_BIN/passthrough" ./bench/passthrough
 CGO_ENABLED=0 $GO -C integration test -c -o "$BENCH_BIN/bench.test" ./bench
+# BenchmarkAgent's agent process (BENCH_AGENT names another build).
+CGO_ENABLED=0 $GO -C integration build -trimpath -o "$BENCH_BIN/agentproc" ./bench/agentproc
 out=${BENCH_OUT:-docs/benchmarks.md}
 raw=$BENCH_BIN/bench.txt
 start=$(date +%s)

@@ -50,7 +50,8 @@ func run(logp **slog.Logger) error {
 	plugin := flag.String("plugin", "/podwire", "the podwire plugin binary to install")
 	entry := flag.String("config", os.Getenv("PODWIRE_CONFIG"), "podwire's conflist entry as JSON (empty: keep the existing one or the default)")
 	mode := flag.String("mode", agent.ModeAuto, "how to keep podwire in the chain: auto (per primary), edit, derive")
-	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, tables, egress file)")
+	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, egress file, cluster CIDRs)")
+	repairInterval := flag.Duration("repair-interval", time.Minute, "period of the tables' backstop repair; another owner's change to podwire's tables or VLAN wiring is repaired at once, from the kernel's notifications")
 	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
 	metricsAddr := flag.String("metrics-bind-address", "", "address of Prometheus /metrics, e.g. :9178 (empty: none)")
 	logFormat := flag.String("log-format", agent.LogText, "log format on stderr: text or json (client-go's klog lines too)")
@@ -127,7 +128,7 @@ func run(logp **slog.Logger) error {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
-		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, HealthAddr: *health, MetricsAddr: *metricsAddr,
+		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, RepairInterval: *repairInterval, HealthAddr: *health, MetricsAddr: *metricsAddr,
 		Version:      buildinfo.Version,
 		Chain:        agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
 		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),

@@ -11,8 +11,10 @@
 //     (ClusterNodes);
 //   - publishes the prefixes its node's forwarding pods serve on its Node,
 //     and routes the other nodes' (routes.go);
-//   - repairs drift of podwire's nftables tables every few seconds and
-//     records each repair in its log and as an Event on the Node;
+//   - repairs drift of podwire's nftables tables and VLAN wiring when the
+//     kernel's notifications show another owner's change (and by a slow
+//     poll as a backstop), and records each repair in its log and as an
+//     Event on the Node;
 //   - removes stale attachments, whose pod is gone while the runtime never
 //     ran their DEL, by the plugin's DEL (collect.go);
 //   - reports its health on a localhost HTTP port (/healthz, /readyz), and
@@ -60,9 +62,15 @@ type Config struct {
 	// Socket is the unix socket the plugin asks (default StateDir/agent.sock).
 	Socket string
 	Chain  Chain
-	// Interval is the period of the drift check of the chain, the tables
-	// and the egress file (default 3 s; repairs are due within 10 s).
+	// Interval is the period of the drift check of the chain, the egress
+	// file and the cluster's CIDRs (default 3 s; repairs are due within
+	// 10 s).
 	Interval time.Duration
+	// RepairInterval is the period of the tables' backstop repair (default
+	// 60 s): drift is seen from nftables' and the links' notifications and
+	// repaired within tableSettle; the poll catches what a lost
+	// notification would hide.
+	RepairInterval time.Duration
 	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
 	HealthAddr string
 	// MetricsAddr serves /metrics ("" = none), e.g. :9178.
@@ -107,9 +115,9 @@ type Agent struct {
 	node   *Node
 	events corev1client.EventsGetter
 	m      *metrics
-	// podEvents records the plugin's refusals on the pods (events.go),
+	// ev records the agent's Events on its Node and on pods (events.go),
 	// from Run's start.
-	podEvents *podEvents
+	ev *events
 
 	mu     sync.Mutex
 	status agentapi.Status
@@ -144,6 +152,12 @@ type Agent struct {
 	// collector removes stale attachments (collect.go; the drift loop's
 	// goroutine only).
 	collector *staleCollector
+	// own tells this agent's commits from other owners' (nftwatch.go; the
+	// drift loop's goroutine only).
+	own *ownGens
+	// env is envKey before the last repair (nodeenv.go; the drift loop's
+	// goroutine only).
+	env string
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
@@ -154,6 +168,9 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 3 * time.Second
+	}
+	if cfg.RepairInterval == 0 {
+		cfg.RepairInterval = 60 * time.Second
 	}
 	if cfg.CollectGrace == 0 {
 		cfg.CollectGrace = collectGrace
@@ -169,6 +186,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
 		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
 		errs:   map[string]string{},
+		own:    newOwnGens(),
 	}
 }
 
@@ -179,8 +197,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := ensureStateDir(a.cfg.StateDir); err != nil {
 		return err
 	}
-	a.podEvents = newPodEvents(a.events, a.cfg.Node)
-	defer a.podEvents.stop()
+	a.ev = newEvents(a.events, a.cfg.Node, nil)
+	defer a.ev.stop()
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
 	if err := a.clearUninstalled(); err != nil {
@@ -220,10 +238,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	// subscribed before the first repair, so that nothing changed after it
 	// (and after Ready) goes unseen.
 	links := a.subscribeLinks(ctx)
+	// The same for nftables: another owner's change to a podwire table
+	// (nft flush ruleset, an element deleted) is repaired at once.
+	tables := a.watchTables(ctx)
+	// And for the node's addresses and routes, which the node tables
+	// follow (egress IPs, uplinks).
+	envs := a.subscribeEnv(ctx)
 	a.syncChain(ctx)
 	// The tables at once, not at the first tick: Ready means they are laid
 	// down (readyLocked).
-	a.repair(ctx)
+	_ = a.repair(ctx) // a failure is retried from the loop (verified)
 	a.readNode()
 	a.markReady()
 	a.syncTaint(ctx)
@@ -251,7 +275,43 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	var vlanDue <-chan time.Time
+	backstop := time.NewTicker(a.cfg.RepairInterval)
+	defer backstop.Stop()
+	// repairDue is the settled repair of the whole node, after another
+	// owner's change or a change of what the tables should be (egress
+	// annotation, the cluster's CIDRs, unknown interfaces).
+	var repairDue <-chan time.Time
+	due := func(after time.Duration) {
+		if repairDue == nil {
+			repairDue = time.After(after)
+		}
+	}
+	// unknownDue is the look for unknown interfaces, after a veth came
+	// or went, or when one found passes its grace.
+	var vlanDue, unknownDue, envDue <-chan time.Time
+	graceDue := func() {
+		if at, ok := a.unknownGraceEnds(); ok && unknownDue == nil {
+			unknownDue = time.After(time.Until(at))
+		}
+	}
+	// retry is the wait before a failed repair's next attempt: doubled
+	// from a second up to repairRetryMax while it fails, so that a
+	// transient failure waits for neither the backstop nor a change.
+	var retry time.Duration
+	repairNow := func() {
+		// What the tables should be, read before the repair reads it:
+		// a change after this read is seen again by the next look.
+		if k, ok := a.envKey(); ok {
+			a.env = k
+		}
+		if a.repair(ctx) {
+			retry = 0
+		} else {
+			retry = min(max(2*retry, time.Second), repairRetryMax)
+			due(retry)
+		}
+		graceDue()
+	}
 	// A primary's installer writes in several steps (temporary file,
 	// rename): settle briefly after a burst of events.
 	var settle <-chan time.Time
@@ -270,6 +330,31 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		case err := <-watch.Errors:
 			a.log.Warn("conf dir watch", "error", err)
+		case _, ok := <-tables.readyChan():
+			changes, lost := tables.take()
+			if !ok {
+				// The socket failed (ENOBUFS): subscribe again, and
+				// repair, since a change may have been lost.
+				tables = a.watchTables(ctx)
+				lost = true
+			}
+			if lost || a.foreignChange(changes) {
+				due(tableSettle)
+			}
+		case _, ok := <-envs:
+			if !ok {
+				envs = a.subscribeEnv(ctx)
+				due(0) // a change may have been lost
+				continue
+			}
+			if envDue == nil {
+				envDue = time.After(envSettle)
+			}
+		case <-envDue:
+			envDue = nil
+			if k, ok := a.envKey(); ok && k != a.env && !a.superseded() {
+				due(0)
+			}
 		case u, ok := <-links:
 			if !ok {
 				// The socket failed (ENOBUFS when notifications came
@@ -282,15 +367,37 @@ func (a *Agent) Run(ctx context.Context) error {
 			if vlanDue == nil && a.watchesLink(u) {
 				vlanDue = time.After(vlanSettle)
 			}
+			if unknownDue == nil && a.mayBeUnknown(u) {
+				unknownDue = time.After(unknownSettle)
+			}
 		case <-vlanDue:
 			vlanDue = nil
 			if !a.superseded() {
-				a.repair(ctx)
+				a.repairVLANs(ctx)
+			}
+		case <-unknownDue:
+			unknownDue = nil
+			if a.superseded() {
+				continue
+			}
+			if a.unknownChanged(time.Now()) {
+				due(0)
+			} else if at, ok := a.unknownGraceEnds(); ok {
+				unknownDue = time.After(time.Until(at))
+			}
+		case <-repairDue:
+			repairDue = nil
+			if !a.superseded() {
+				repairNow()
+			}
+		case <-backstop.C:
+			if !a.superseded() {
+				repairNow()
 			}
 		case <-settle:
 			settle = nil
-			if !a.superseded() {
-				a.syncChain(ctx)
+			if !a.superseded() && a.syncChain(ctx) {
+				due(0)
 			}
 		case <-tick.C:
 			if a.superseded() {
@@ -305,11 +412,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			// stop, decided as an uninstall, racing a reinstall): this
 			// agent keeps podwire on the node.
 			a.setErr("uninstall marker", a.clearUninstalled())
-			a.syncChain(ctx)
-			a.syncEgress()
-			a.syncCluster()
+			chain := a.syncChain(ctx)
+			egress, cluster := a.syncEgress(), a.syncCluster()
+			if chain || egress || cluster || !a.verified() {
+				// What the tables should be changed, or they were
+				// never verified (podwire was not in a chain yet).
+				due(0)
+			}
 			a.syncRoutes(ctx)
-			a.repair(ctx)
 			a.collectStale(ctx)
 			a.noteRevoked(ctx)
 			a.readNode()
@@ -355,17 +465,20 @@ func (a *Agent) setErr(what string, err error) {
 }
 
 // syncChain installs the binary and puts podwire's entry back in the chain;
-// a restore after the first sync is logged and recorded on the Node.
-func (a *Agent) syncChain(ctx context.Context) {
+// a restore after the first sync is logged and recorded on the Node. It
+// says whether the conflist holding podwire was written or is another
+// file, either of which may change what the tables should be.
+func (a *Agent) syncChain(ctx context.Context) bool {
 	res, err := a.cfg.Chain.Sync()
 	a.setErr("chain", err)
 	if err != nil {
-		return
+		return false
 	}
 	a.setErr("chain in use", a.cfg.Chain.InUse(res.Conflist))
 	a.writePrimaryType(res.PrimaryType)
 	a.mu.Lock()
 	first := a.status.Conflist == ""
+	moved := a.status.Conflist != res.Conflist
 	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
 	if res.ConflistChanged && !first {
 		a.status.Restores++
@@ -376,21 +489,21 @@ func (a *Agent) syncChain(ctx context.Context) {
 		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
 	}
 	if !res.ConflistChanged {
-		return
+		return moved
 	}
 	if first {
 		a.log.Info("podwire put in the chain", "conflist", res.Conflist, "primary", res.Primary, "mode", res.Mode)
-		return
+		return true
 	}
 	msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonChainRestored, msg, time.Now()); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
+	return true
 }
 
-// syncEgress writes the node's egress annotation when it changed.
-func (a *Agent) syncEgress() {
+// syncEgress writes the node's egress annotation when it changed, and
+// says whether it did.
+func (a *Agent) syncEgress() bool {
 	v, changed, err := a.node.WriteEgress(time.Now())
 	a.setErr("egress annotation", err)
 	if changed {
@@ -399,20 +512,21 @@ func (a *Agent) syncEgress() {
 	a.mu.Lock()
 	a.status.EgressIPs = v
 	a.mu.Unlock()
+	return changed
 }
 
 // syncCluster writes the cluster's pod CIDRs, node IPs and forwarded
 // prefixes (the other Nodes' that pass the bounds, and this node's
-// records') when they changed; the repair that follows brings the egress
-// table's exceptions up to date.
-func (a *Agent) syncCluster() {
+// records') when they changed, and says whether it did: the repair that
+// follows brings the egress table's exceptions up to date.
+func (a *Agent) syncCluster() bool {
 	if a.cfg.Cluster == nil {
-		return
+		return false
 	}
 	_, local, err := a.recordRoutes()
 	if err != nil {
 		a.setErr("cluster CIDRs", err)
-		return
+		return false
 	}
 	r, changed, err := a.cfg.Cluster.Write(a.cfg.Node, local, a.routableBounds)
 	a.setErr("cluster CIDRs", err)
@@ -424,23 +538,22 @@ func (a *Agent) syncCluster() {
 	if changed {
 		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
 	}
+	return changed
 }
 
 // repair verifies podwire's tables and repairs drift (repairTables); each
 // repair is logged and recorded as an Event on the Node.
-func (a *Agent) repair(ctx context.Context) {
+func (a *Agent) repair(ctx context.Context) bool {
 	a.mu.Lock()
 	conflist := a.status.Conflist
 	a.mu.Unlock()
 	if conflist == "" {
-		return // not in the chain yet: nothing says what the tables are
+		return true // not in the chain yet: nothing says what the tables are
 	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := repairTables(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairArgs(time.Now())...)
+	res, err := a.repairTables(ctx, conflist, time.Now())
 	a.setErr("table repair", err)
 	if err != nil {
-		return
+		return false
 	}
 	a.noteUnknown(ctx, res.Unknown, time.Now())
 	a.noteEgressErrors(ctx, res.Errors)
@@ -449,7 +562,7 @@ func (a *Agent) repair(ctx context.Context) {
 	a.tablesVerified = true
 	a.mu.Unlock()
 	if !res.Repaired {
-		return
+		return true
 	}
 	a.m.repaired(res)
 	tables := res.Tables
@@ -461,9 +574,8 @@ func (a *Agent) repair(ctx context.Context) {
 	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
 		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonTablesRepaired, msg, now); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonTablesRepaired, msg)
+	return true
 }
 
 // readNode reads the records and the drop counters for /metrics, on the
@@ -556,4 +668,14 @@ func (a *Agent) writePrimaryType(typ string) {
 		return
 	}
 	a.setErr("primary type", atomicfile.WriteFile(path, []byte(typ), 0o600))
+}
+
+// repairRetryMax bounds the wait between the attempts of a failing repair.
+const repairRetryMax = 30 * time.Second
+
+// verified reports whether a table repair has succeeded since the start.
+func (a *Agent) verified() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tablesVerified
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/podwire/podwire/pkg/install"
 )
 
@@ -62,6 +64,26 @@ type Chain struct {
 	// uninstall marker names the node's paths, for the plugin's last DEL.
 	// "" means ConfDir.
 	HostConfDir string
+	// installed is what Plugin and the installed binary were when Sync
+	// last found them equal (Sync only).
+	installed [2]fileStamp
+}
+
+// fileStamp identifies a file's content without reading it: the inode, the
+// size and the modification and change times. Any write changes the change
+// time, which no one can set back, and a replacement is another inode.
+type fileStamp struct {
+	dev, ino, size uint64
+	mtime, ctime   unix.Timespec
+}
+
+// stamp is the fileStamp of path (the zero stamp when it cannot be read).
+func stamp(path string) fileStamp {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return fileStamp{}
+	}
+	return fileStamp{dev: st.Dev, ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // SyncResult says what Sync found and did.
@@ -84,8 +106,17 @@ func (c *Chain) Sync() (*SyncResult, error) {
 	res := &SyncResult{}
 	var err error
 	if c.BinDir != "" && c.Plugin != "" {
-		if _, res.BinaryChanged, err = install.InstallBinary(c.Plugin, c.BinDir); err != nil {
-			return res, err
+		// A byte-wise compare of two binaries of a few MiB at every tick
+		// would be most of an idle agent's CPU: it runs only when either
+		// file changed.
+		dst := filepath.Join(c.BinDir, install.PluginType)
+		now := [2]fileStamp{stamp(c.Plugin), stamp(dst)}
+		if now != c.installed || now[0] == (fileStamp{}) || now[1] == (fileStamp{}) {
+			c.installed = [2]fileStamp{}
+			if _, res.BinaryChanged, err = install.InstallBinary(c.Plugin, c.BinDir); err != nil {
+				return res, err
+			}
+			c.installed = [2]fileStamp{stamp(c.Plugin), stamp(dst)}
 		}
 	}
 	primary, typ, err := c.primary()

@@ -97,3 +97,51 @@ func TestPodsGetOnMissAndUID(t *testing.T) {
 		t.Errorf("pod not in the API: %+v, want code 999", r)
 	}
 }
+
+// TestChainBinaryRestored: the installed binary, once found equal to the
+// agent's, is not read again while neither file changes; overwritten in
+// place with other bytes of the same size, it is put back by the next Sync.
+func TestChainBinaryRestored(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "net.d", "10-flannel.conflist")
+	_ = os.MkdirAll(filepath.Dir(conf), 0o755)
+	if err := os.WriteFile(conf, []byte(flannel), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugin := filepath.Join(dir, "podwire-src")
+	_ = os.WriteFile(plugin, []byte("#!/bin/true\n"), 0o755)
+	c := &Chain{ConfDir: filepath.Dir(conf), BinDir: filepath.Join(dir, "bin"), Plugin: plugin, Mode: ModeAuto}
+	installed := filepath.Join(c.BinDir, "podwire")
+	for i, tc := range []struct {
+		name    string
+		tamper  func() error
+		changed bool
+	}{
+		{"first", func() error { return nil }, true},
+		{"unchanged", func() error { return nil }, false},
+		{"overwritten in place", func() error {
+			f, err := os.OpenFile(installed, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteString("#!/bin/nop\n\n")
+			return err
+		}, true},
+		{"after the restore", func() error { return nil }, false},
+	} {
+		if err := tc.tamper(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Sync()
+		if err != nil {
+			t.Fatalf("%d %s: %v", i, tc.name, err)
+		}
+		if res.BinaryChanged != tc.changed {
+			t.Errorf("%d %s: binary changed %v, want %v", i, tc.name, res.BinaryChanged, tc.changed)
+		}
+		if got, _ := os.ReadFile(installed); string(got) != "#!/bin/true\n" {
+			t.Errorf("%d %s: installed binary %q", i, tc.name, got)
+		}
+	}
+}

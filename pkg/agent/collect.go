@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/podwire/podwire/pkg/cliapi"
@@ -172,8 +173,6 @@ func (a *Agent) collectStale(ctx context.Context) {
 		msg := fmt.Sprintf("attachment %s of pod %s (UID %s) collected: the pod is gone from the node and the runtime never ran its DEL; its routes, set elements and claims were removed by DEL's path",
 			rec.Key(), rec.PodRef(), rec.PodUID)
 		a.log.Warn(msg)
-		if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonAttachmentCollected, msg, now); err != nil {
-			a.log.Warn("failed to record the Event", "error", err)
-		}
+		a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonAttachmentCollected, msg)
 	}
 }

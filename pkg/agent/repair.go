@@ -5,25 +5,67 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/podwire/podwire/pkg/cliapi"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/noderepair"
 )
 
 // repairTables is the one place the agent verifies and repairs podwire's
-// node tables. It runs the installed plugin's `podwire repair`, which is
-// ADD's own verify and apply (nft.Ensure with every step's tables and every
-// record's elements, under the node lock): the repair is exactly what the
-// next ADD would do, by the binary the runtime runs. args are repair's
-// further flags (the unknown interfaces, unknown.go).
-func repairTables(ctx context.Context, plugin, conflist string, args ...string) (*cliapi.RepairResult, error) {
-	cmd := exec.CommandContext(ctx, plugin, append([]string{"repair", "--conflist", conflist}, args...)...)
+// node tables: noderepair.Run, the code of `podwire repair`, which is ADD's
+// own verify and apply (nft.Ensure with every step's tables and every
+// record's elements, under the node lock) plus the unknown interfaces and
+// the VLAN wiring. It runs in the agent's process, in the node's netns
+// (the loop's thread), and the generations it commits are remembered as
+// the agent's own (nftwatch.go).
+//
+// The repair must write what the next ADD verifies, which is the installed
+// binary's ruleset: Chain.Sync installs this agent's own plugin before
+// anything else, so the two are one build, unless the last sync failed.
+// Then the installed binary (maybe another version) runs `podwire repair`
+// as a process, so that the agent and the runtime's ADDs do not rebuild
+// each other's tables.
+func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time) (*cliapi.RepairResult, error) {
+	a.mu.Lock()
+	chainErr := a.errs["chain"]
+	a.mu.Unlock()
+	if chainErr != "" {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return execRepair(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairOptions(now))
+	}
+	conf, err := readEntryConf(conflist)
+	if err != nil {
+		return nil, err
+	}
+	from, genErr := nft.Generation()
+	res, err := noderepair.Run(conf, conflist, a.repairOptions(now))
+	if genErr == nil {
+		if to, err := nft.Generation(); err == nil {
+			a.own.add(ownWindow{from: from, to: to})
+		}
+	}
+	return res, err
+}
+
+// execRepair runs the plugin binary's `podwire repair` with opts.
+func execRepair(ctx context.Context, plugin, conflist string, opts noderepair.Options) (*cliapi.RepairResult, error) {
+	args := []string{"repair", "--conflist", conflist}
+	if opts.Unknown {
+		args = append(args, "--unknown")
+	}
+	if len(opts.Drop) > 0 {
+		args = append(args, "--drop-unknown", strings.Join(slices.Sorted(maps.Keys(opts.Drop)), ","))
+	}
+	cmd := exec.CommandContext(ctx, plugin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -63,39 +105,5 @@ func (a *Agent) noteEgressErrors(ctx context.Context, errs []string) {
 	if msg == old {
 		return
 	}
-	if err := recordEventType(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonEgressError, msg, corev1.EventTypeWarning, time.Now()); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
-}
-
-// eventNamespace holds Node events, as the kubelet's.
-const eventNamespace = metav1.NamespaceDefault
-
-// recordEvent creates one Normal Event on the node (RBAC: create events,
-// nothing more; so no aggregation, which would PATCH).
-func recordEvent(ctx context.Context, events corev1client.EventsGetter, node, nodeUID, reason, msg string, now time.Time) error {
-	return recordEventType(ctx, events, node, nodeUID, reason, msg, corev1.EventTypeNormal, now)
-}
-
-// recordEventType is recordEvent with the Event's type (Normal, Warning).
-func recordEventType(ctx context.Context, events corev1client.EventsGetter, node, nodeUID, reason, msg, typ string, now time.Time) error {
-	if events == nil {
-		return nil
-	}
-	if nodeUID == "" {
-		nodeUID = node // the kubelet's own convention for Node events
-	}
-	t := metav1.NewTime(now)
-	_, err := events.Events(eventNamespace).Create(ctx, &corev1.Event{
-		// Named as the kubelet names its events: object name, unique suffix.
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", node, now.UnixNano()), Namespace: eventNamespace},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: "v1", Kind: "Node", Name: node, UID: ktypes.UID(nodeUID),
-		},
-		Reason: reason, Message: msg, Type: typ,
-		Source:         corev1.EventSource{Component: "podwire-agent", Host: node},
-		FirstTimestamp: t, LastTimestamp: t, Count: 1,
-		ReportingController: "podwire.io/agent", ReportingInstance: node,
-	}, metav1.CreateOptions{})
-	return err
+	a.ev.onNode(a.node.UID(), corev1.EventTypeWarning, ReasonEgressError, msg)
 }

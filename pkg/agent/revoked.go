@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/install"
@@ -122,7 +121,7 @@ func (a *Agent) noteRevoked(ctx context.Context) {
 		}
 		a.log.Warn("a running pod's podwire attachment is no longer admitted by the gates; it keeps running as wired", "record", msg)
 		r := byKey[key]
-		a.podEvents.event(r.PodNamespace, r.PodName, r.PodUID, corev1.EventTypeWarning, ReasonRevoked,
+		a.ev.onPod(r.PodNamespace, r.PodName, r.PodUID, corev1.EventTypeWarning, ReasonRevoked,
 			"podwire's gates no longer admit this pod's attachment (it keeps what it was given until it is recreated): "+msg)
 	}
 	rs.reported = now
@@ -148,13 +147,4 @@ func readEntryConf(conflist string) (*config.NetConf, error) {
 		return nil, fmt.Errorf("no podwire entry in %s: %v", conflist, err)
 	}
 	return install.ParseEntry(e)
-}
-
-// event records an Event of type typ and reason on pod namespace/name.
-func (p *podEvents) event(namespace, name, uid, typ, reason, msg string) {
-	if p == nil || p.recorder == nil || namespace == "" || name == "" {
-		return
-	}
-	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name, UID: ktypes.UID(uid)}
-	p.recorder.Event(ref, typ, reason, msg)
 }

@@ -71,7 +71,7 @@ func TestRevokedReported(t *testing.T) {
 	md := metadatafake.NewSimpleMetadataClient(scheme, ns("nf-a", map[string]string{"tier": "nf"}), ns("edge", nil), ns("plain", nil))
 	a := New(Config{Node: "n1", StateDir: stateDir}, md, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	rec := record.NewFakeRecorder(10)
-	a.podEvents = &podEvents{recorder: rec}
+	a.ev = &events{recorder: rec}
 	a.status.Conflist = conflist
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -69,7 +69,7 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 			msg = msg[:agentapi.MaxRefusalMessage] + "..."
 		}
 		a.log.Info("the plugin refused a pod", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "reason", gate, "message", msg)
-		a.podEvents.refused(req.Namespace, req.Name, req.UID, gate, msg)
+		a.ev.refused(req.Namespace, req.Name, req.UID, gate, msg)
 		return &agentapi.Response{}
 	case agentapi.OpClaim, agentapi.OpRelease:
 		return a.handleClaims(ctx, req)

@@ -3,11 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/noderepair"
 )
 
 // Values of Config.UnknownInterfaces.
@@ -37,24 +41,76 @@ const ReasonUnknownInterfaces = "PodwireUnknownInterfaces"
 // was first seen.
 type unknownSeen map[string]time.Time
 
-// repairArgs are the arguments of `podwire repair` beyond the conflist:
-// the unknown interfaces to list and, with UnknownDrop, those unknown for
-// longer than unknownGrace, whose sources it checks.
-func (a *Agent) repairArgs(now time.Time) []string {
+// repairOptions are the repair's options beyond the tables: the unknown
+// interfaces to list and, with UnknownDrop, those unknown for longer than
+// unknownGrace, whose sources it checks.
+func (a *Agent) repairOptions(now time.Time) noderepair.Options {
 	switch a.cfg.UnknownInterfaces {
 	case UnknownReport:
-		return []string{"--unknown"}
+		return noderepair.Options{Unknown: true}
 	case UnknownDrop:
-		var old []string
+		o := noderepair.Options{Unknown: true, Drop: map[string]bool{}}
 		for name, t := range a.unknown {
 			if now.Sub(t) >= unknownGrace {
-				old = append(old, name)
+				o.Drop[name] = true
 			}
 		}
-		slices.Sort(old)
-		return []string{"--unknown", "--drop-unknown", strings.Join(old, ",")}
+		return o
 	}
-	return nil
+	return noderepair.Options{}
+}
+
+// unknownSettle is how long after a veth appears or goes the agent looks
+// for unknown interfaces: an ordinary ADD has written its record by then,
+// so its own veth makes no repair.
+const unknownSettle = time.Second
+
+// mayBeUnknown reports whether u may change the node's unknown
+// interfaces: a veth added or removed, with unknown interfaces watched.
+func (a *Agent) mayBeUnknown(u netlink.LinkUpdate) bool {
+	if a.cfg.UnknownInterfaces == "" || u.Link == nil || u.Attrs() == nil {
+		return false
+	}
+	if u.Header.Type == unix.RTM_DELLINK {
+		_, known := a.unknown[u.Attrs().Name]
+		return known
+	}
+	return u.Type() == "veth"
+}
+
+// unknownChanged is the cheap look before a repair for unknown interfaces:
+// whether the node's pod interfaces without a record differ from the last
+// repair's (one listing of the records, the links and the routes; nothing
+// changed), or one of them has passed its grace.
+func (a *Agent) unknownChanged(now time.Time) bool {
+	a.mu.Lock()
+	conflist := a.status.Conflist
+	a.mu.Unlock()
+	if conflist == "" {
+		return false
+	}
+	for name, t := range a.unknown {
+		if now.Sub(t) >= unknownGrace && !a.reported[name] {
+			return true // due to be reported and (drop) checked
+		}
+	}
+	conf, err := readEntryConf(conflist)
+	if err != nil {
+		return true // the repair reports it
+	}
+	found, err := noderepair.Unknown(conf, conflist)
+	if err != nil {
+		return true
+	}
+	if len(found) != len(a.unknown) {
+		return true
+	}
+	for _, u := range found {
+		if _, ok := a.unknown[u.Name]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // noteUnknown updates the memory and the status from a repair's list, and
@@ -98,9 +154,7 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 		msg += "; their sources are checked (unknownInterfaces=drop)"
 	}
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonUnknownInterfaces, msg, now); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonUnknownInterfaces, msg)
 }
 
 // describeUnknown is one line of the status: the interface, where it is,
@@ -120,4 +174,18 @@ func describeUnknown(u cliapi.UnknownInterface) string {
 		s += " checked"
 	}
 	return s
+}
+
+// unknownGraceEnds is when the first unknown interface not yet reported
+// passes its grace; ok false when there is none.
+func (a *Agent) unknownGraceEnds() (at time.Time, ok bool) {
+	for name, t := range a.unknown {
+		if a.reported[name] {
+			continue
+		}
+		if end := t.Add(unknownGrace); !ok || end.Before(at) {
+			at, ok = end, true
+		}
+	}
+	return at, ok
 }

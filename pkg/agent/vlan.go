@@ -7,8 +7,11 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/podwire/podwire/pkg/cliapi"
+	"github.com/podwire/podwire/pkg/noderepair"
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // ReasonVLANRepaired is the reason of the Node Event recording that the
@@ -23,8 +26,8 @@ const vlanSettle = 100 * time.Millisecond
 
 // subscribeLinks opens the kernel's link notifications (RTNLGRP_LINK,
 // which also carries a bridge port's VLAN changes, family AF_BRIDGE) in the
-// calling thread's netns, the node's. nil when it cannot: the drift tick
-// still repairs, within Interval.
+// calling thread's netns, the node's. nil when it cannot: the backstop
+// still repairs, within RepairInterval.
 func (a *Agent) subscribeLinks(ctx context.Context) <-chan netlink.LinkUpdate {
 	ch := make(chan netlink.LinkUpdate, 64)
 	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{ // no dump
@@ -39,6 +42,21 @@ func (a *Agent) subscribeLinks(ctx context.Context) <-chan netlink.LinkUpdate {
 		return nil
 	}
 	return ch
+}
+
+// repairVLANs repairs the VLAN wiring alone (noderepair.VLANs, under the
+// node lock), in the agent's process, after a change to one of its links:
+// a look at each VLAN attachment's bridge port and uplink, which changes
+// nothing when nothing drifted. A VLAN pod's own ADD or DEL changes those
+// links (a port comes or goes, the uplink gains or loses a VLAN) and costs
+// this look, not a repair of the whole node: the tables are not concerned.
+func (a *Agent) repairVLANs(ctx context.Context) {
+	res := &cliapi.RepairResult{}
+	var err error
+	if res.VLANRepaired, res.VLANLinks, err = noderepair.VLANs(state.New(a.cfg.StateDir)); err != nil {
+		res.VLANErrors = []string{err.Error()}
+	}
+	a.noteVLAN(ctx, res)
 }
 
 // watchesLink reports whether u concerns a link of the VLAN wiring the last
@@ -69,7 +87,5 @@ func (a *Agent) noteVLAN(ctx context.Context, res *cliapi.RepairResult) {
 	}
 	msg := "the VLAN wiring of pods had drifted and was repaired: " + strings.Join(res.VLANRepaired, "; ")
 	a.log.Warn(msg)
-	if err := recordEvent(ctx, a.events, a.cfg.Node, a.node.UID(), ReasonVLANRepaired, msg, time.Now()); err != nil {
-		a.log.Warn("failed to record the Event", "error", err)
-	}
+	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonVLANRepaired, msg)
 }

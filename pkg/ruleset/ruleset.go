@@ -5,7 +5,7 @@
 // (nodetables.Env, read once per invocation by nodetables.ReadEnv) and the
 // attachment records, they return the tables (source check, bridge port
 // check, probe SNAT, egress) and the set elements; they do no I/O. Ensure
-// (every ADD) and Repair (the node agent's periodic full verify) apply them
+// (every ADD) and Repair (the node agent's full verify) apply them
 // through pkg/nft, reading only podwire's own objects.
 package ruleset
 
@@ -109,7 +109,7 @@ func Ensure(c nft.Conn, want []*nft.Table, store *state.Store, conf *config.NetC
 	})
 }
 
-// Repair is the node agent's periodic full verify: Ensure, then every
+// Repair is the node agent's full verify: Ensure, then every
 // record's elements checked (one dump per set) and the missing ones added
 // back in one batch. It returns what it found and did; missing is the
 // number of elements it re-added, by table.

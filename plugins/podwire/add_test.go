@@ -16,6 +16,7 @@ import (
 	"github.com/podwire/podwire/pkg/cliapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nft"
+	"github.com/podwire/podwire/pkg/noderepair"
 	"github.com/podwire/podwire/pkg/ruleset"
 	"github.com/podwire/podwire/pkg/sourcecheck"
 	"github.com/podwire/podwire/pkg/state"
@@ -84,7 +85,7 @@ func TestAddForgetsUnknownInterface(t *testing.T) {
 	}
 	unknown := cliapi.UnknownInterface{Name: forwarder.hostIf, Addresses: []netip.Addr{netip.MustParseAddr(forwarder.ip4)}, Dropped: true}
 	dropped := nft.Elements{}
-	addUnknownElements(dropped, unknown)
+	noderepair.AddUnknownElements(dropped, unknown)
 
 	// The scan holds the node lock.
 	unlock, err := state.New(n.dir).Lock()
@@ -102,7 +103,7 @@ func TestAddForgetsUnknownInterface(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal([]cliapi.UnknownInterface{unknown})
-	if err := os.WriteFile(filepath.Join(n.dir, unknownFile), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(n.dir, noderepair.UnknownFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	unlock()
@@ -117,8 +118,8 @@ func TestAddForgetsUnknownInterface(t *testing.T) {
 	if got := present(n.nft, nft.Elements{sourcecheck.ID: dropped[sourcecheck.ID]}); count(got) > 0 {
 		t.Errorf("the forwarding pod's veth %s is still checked as an unknown interface: %v", forwarder.hostIf, got)
 	}
-	if b, err := os.ReadFile(filepath.Join(n.dir, unknownFile)); err != nil || strings.Contains(string(b), forwarder.hostIf) {
-		t.Errorf("%s after the ADD: %q, %v; want it without %s", unknownFile, b, err, forwarder.hostIf)
+	if b, err := os.ReadFile(filepath.Join(n.dir, noderepair.UnknownFile)); err != nil || strings.Contains(string(b), forwarder.hostIf) {
+		t.Errorf("%s after the ADD: %q, %v; want it without %s", noderepair.UnknownFile, b, err, forwarder.hostIf)
 	}
 	if err := n.check("1.0.0", forwarder); err != nil {
 		t.Errorf("CHECK of the forwarding pod: %v", err)

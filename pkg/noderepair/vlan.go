@@ -1,4 +1,4 @@
-package main
+package noderepair
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
-// repairVLANs verifies the node's side of the VLAN wiring of every record
+// VLANs verifies the node's side of the VLAN wiring of every record
 // (the bridge, the pod's bridge port and its VLANs, the uplink enslaved and
 // carrying the VLANs: CHECK without the pod's end) and puts back what
 // drifted: the bridge
@@ -20,7 +20,7 @@ import (
 // attachment repaired, naming what differed, and the links of the VLAN
 // wiring (bridges, ports, uplinks), which the node agent watches for
 // changes; a port that is gone (its pod being deleted) is left to the DEL.
-func repairVLANs(store *state.Store) (repaired, links []string, err error) {
+func VLANs(store *state.Store) (repaired, links []string, err error) {
 	unlock, err := store.Lock()
 	if err != nil {
 		return nil, nil, err
