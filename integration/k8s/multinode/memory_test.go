@@ -35,8 +35,8 @@ const (
 // fails when the peak RSS passes half the DaemonSet's memory limit. With
 // PODWIRE_K8S_MEMORY_OUT it writes the figures as "agentmemory-...: value"
 // lines into that file, which `make bench` puts into docs/benchmarks.md.
-// Opt-in (PODWIRE_K8S_MEMORY=1, `make bench-k8s`): about a minute and a
-// half.
+// Opt-in (PODWIRE_K8S_MEMORY=1, `make bench-k8s`): a benchmark, not a
+// behaviour test.
 func TestAgentMemoryUnderAnnotations(t *testing.T) {
 	if os.Getenv("PODWIRE_K8S_MEMORY") == "" {
 		t.Skip("opt-in: PODWIRE_K8S_MEMORY=1 (make bench-k8s)")
