@@ -517,27 +517,35 @@ func forge(t *testing.T, sink *packets.Sink, to netip.AddrPort, p *pod, forged n
 const agentClaimsPolicy = "podwire-agent-claims"
 
 // TestAgentClaimsOnlyItsOwn: root on node 1, with the agent's token, writes
-// a ClaimPool that holds an entry of node 2 and one of a Node that no
-// longer exists (as after a node's removal). It may add and release node
-// 1's own claims and release the gone Node's; adding a claim for node 2,
-// changing node 2's and releasing it are refused by podwire-agent-claims,
-// naming node 2. Control: with the policy's binding deleted, the same
-// token releases node 2's claim.
+// a ClaimPool that holds an entry of node 2. It may add and release node
+// 1's own claims, also in a pool of 3,000 entries; adding a claim for node
+// 2, changing node 2's and releasing it are refused by
+// podwire-agent-claims, naming node 2. A pool holding only the claim of a
+// Node that no longer exists (as after a node's removal) is emptied by
+// the agents' claims reconciler, through the same policy. Control: with
+// the policy's binding deleted, the same token releases node 2's claim.
 func TestAgentClaimsOnlyItsOwn(t *testing.T) {
 	needCluster(t)
 	n1, n2 := c.Nodes[0], c.Nodes[1]
 	agent, _ := tokenUser(t, "agent-token-of-"+n1.Name, agentToken(t, n1))
-	// A pool of a VLAN no test grants, so that no agent's reconciler
-	// touches it while the test runs (its entries have no record).
-	const pool = "vlan-4001"
+	// Pools of VLANs no test grants. The entries of existing Nodes are new
+	// (since now): the reconcilers release an entry without a record only
+	// a minute after its claim; the test writes new ones for each step
+	// that needs them. The gone Node's, they release at a sync (every
+	// 30 s) once it is as old.
+	const pool, gonePool = "vlan-4001", "vlan-4003"
+	since := time.Now().UTC().Format(time.RFC3339)
 	entry := func(node, addr, pod string) map[string]any {
 		return map[string]any{"kind": "address", "value": addr, "namespace": "default", "pod": pod, "node": node,
-			"attachment": "0000/net1", "since": "2026-01-01T00:00:00Z"}
+			"attachment": "0000/net1", "since": since}
 	}
-	b, _ := json.Marshal(map[string]any{"apiVersion": "podwire.io/v1alpha1", "kind": "ClaimPool", "metadata": map[string]any{"name": pool},
-		"spec": map[string]any{"entries": []any{entry(n2.Name, "192.0.2.2", "on-node-2"), entry("gone-node", "192.0.2.3", "on-gone-node")}}})
-	kubectl(t, string(b), "create", "-f", "-")
-	t.Cleanup(func() { kubectl(t, "", "delete", "claimpool", pool, "--ignore-not-found") })
+	for name, e := range map[string]map[string]any{pool: entry(n2.Name, "192.0.2.2", "on-node-2"), gonePool: entry("gone-node", "192.0.2.3", "on-gone-node")} {
+		b, _ := json.Marshal(map[string]any{"apiVersion": "podwire.io/v1alpha1", "kind": "ClaimPool", "metadata": map[string]any{"name": name},
+			"spec": map[string]any{"entries": []any{e}}})
+		kubectl(t, string(b), "create", "-f", "-")
+		t.Cleanup(func() { kubectl(t, "", "delete", "claimpool", name, "--ignore-not-found") })
+	}
+	goneSince := time.Now()
 	// Each write is what the agent sends (its RBAC has update, not patch):
 	// the pool as read, with its entries changed, conditional on the
 	// resourceVersion read.
@@ -582,16 +590,56 @@ func TestAgentClaimsOnlyItsOwn(t *testing.T) {
 	agent.denied(t, "release node 2's claim", agentClaimsPolicy, []string{"Node " + n2.Name + " exists"}, release("192.0.2.2")...)
 	agent.must(t, release("192.0.2.1")...)
 	t.Logf("%s may release its own Node's claim", agent.name)
-	agent.must(t, release("192.0.2.3")...)
-	t.Logf("%s may release the claim of a Node that no longer exists", agent.name)
 
-	// Control: the binding gone, the same token releases node 2's claim.
+	// A pool as large as a cluster's: the policy compares every entry with
+	// the old ones once per Node, within the apiserver's CEL cost budget
+	// (over it, the policy would refuse the agent's own claims).
+	const many = 3000
+	since = time.Now().UTC().Format(time.RFC3339)
+	big := make([]any, many)
+	for i := range big {
+		big[i] = entry(n2.Name, netip.AddrFrom4([4]byte{10, 201, byte(i >> 8), byte(i)}).String(), fmt.Sprintf("held-%d", i))
+	}
+	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"entries": big}})
+	bigPatch := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(bigPatch, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "", "patch", "claimpool", pool, "--type=merge", "--patch-file="+bigPatch)
+	agent.must(t, add(entry(n1.Name, "192.0.2.1", "on-node-1"))...)
+	agent.must(t, release("192.0.2.1")...)
+	t.Logf("%s adds and releases its own claim in a pool of %d entries of %s", agent.name, many, n2.Name)
+	agent.denied(t, "release node 2's claim in the large pool", agentClaimsPolicy, []string{"Node " + n2.Name + " exists"}, release("10.201.0.0")...)
+
+	// The gone Node's claim, released by an agent's reconciler.
+	if err := cnitest.Eventually(2*time.Minute, func() error {
+		if e := kubectl(t, "", "get", "claimpool", gonePool, "-o", "jsonpath={.spec.entries}"); strings.TrimSpace(e) != "" && strings.TrimSpace(e) != "[]" {
+			return fmt.Errorf("%s still holds %s", gonePool, e)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the claim of a Node that no longer exists: %v", err)
+	}
+	t.Logf("an agent's reconciler released the claim of a Node that no longer exists, through %s, %v after it was made", agentClaimsPolicy, time.Since(goneSince).Round(time.Second))
+
+	// Control: the binding gone, the same token releases node 2's claim
+	// (a new one: the reconciler may have released the others by now).
+	// Each try reads the pool again.
+	since = time.Now().UTC().Format(time.RFC3339)
+	b, _ = json.Marshal(map[string]any{"spec": map[string]any{"entries": []any{entry(n2.Name, "192.0.2.5", "control")}}})
+	if err := os.WriteFile(bigPatch, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "", "patch", "claimpool", pool, "--type=merge", "--patch-file="+bigPatch)
 	restore := withoutBinding(t, agentClaimsPolicy)
 	if err := cnitest.Eventually(20*time.Second, func() error {
-		_, err := agent.run(release("192.0.2.2")...)
+		_, err := agent.run(release("192.0.2.5")...)
 		return err
 	}); err != nil {
 		t.Fatalf("control: without the binding the agent's token still cannot release node 2's claim: %v", err)
+	}
+	if e := kubectl(t, "", "get", "claimpool", pool, "-o", "jsonpath={.spec.entries[*].value}"); strings.Contains(e, "192.0.2.5") {
+		t.Fatalf("control: node 2's claim 192.0.2.5 still in %s: %s", pool, e)
 	}
 	t.Logf("control: without the binding %s, the agent's token of %s releases %s's claim", agentClaimsPolicy, n1.Name, n2.Name)
 	restore()
