@@ -173,7 +173,10 @@ func parse(t *testing.T, rendered map[string]string) *objects {
 	t.Helper()
 	o := &objects{configMaps: map[string]corev1.ConfigMap{}, rendered: rendered,
 		policies: map[string]admissionv1.ValidatingAdmissionPolicy{}, bindings: map[string]admissionv1.ValidatingAdmissionPolicyBinding{}}
-	for name, text := range rendered {
+	// In file-name order, as helm and deploy/ apply them: o.other's
+	// order is part of what the tests check.
+	for _, name := range slices.Sorted(maps.Keys(rendered)) {
+		text := rendered[name]
 		if filepath.Ext(name) != ".yaml" {
 			continue
 		}
@@ -415,8 +418,8 @@ func TestRender(t *testing.T) {
 			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
 				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
 			}
-			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"}) {
-				t.Errorf("want the Namespace, the ServiceAccount, the ClusterRole and its binding, the Role of cni.uninstall and its binding, the ClaimPool CRD; got %d Namespaces and %v", len(o.namespaces), o.other)
+			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}) {
+				t.Errorf("want the Namespace, the ClaimPool CRD, the ServiceAccount, the ClusterRole and its binding, the Role of cni.uninstall and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
 			}
 			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") ||
 				!slices.Contains(args, "--host-cni-conf-dir=/etc/cni/net.d") {
