@@ -93,7 +93,7 @@ func (n *node) startAgentWith(edit func(*agent.Config), primary []byte, entry ma
 		e, _ = json.Marshal(entry)
 	}
 	cfg := agent.Config{
-		Node: "worker-1", StateDir: n.StateDir(), Interval: time.Second, MetricsAddr: metricsAddr,
+		Node: "worker-1", StateDir: n.StateDir(), Timing: agent.Timing{Interval: time.Second}, Serve: agent.Serve{MetricsAddr: metricsAddr},
 		Chain: agent.Chain{ConfDir: ta.confDir, BinDir: ta.binDir, Plugin: podwireBin, Entry: e, Mode: agent.ModeAuto},
 	}
 	if edit != nil {

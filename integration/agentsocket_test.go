@@ -44,7 +44,7 @@ func TestAgentSocketHandover(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := agent.New(agent.Config{
-			Node: "worker-1", StateDir: n.StateDir(), Interval: time.Second, Version: name,
+			Node: "worker-1", StateDir: n.StateDir(), Timing: agent.Timing{Interval: time.Second}, Version: name,
 			Chain: agent.Chain{ConfDir: confDir, BinDir: filepath.Join(n.Dir, "bin"), Plugin: podwireBin, Mode: agent.ModeAuto},
 		}, fake.NewSimpleMetadataClient(scheme, objs...), nil, slog.New(slog.NewTextHandler(&testLog{t: t}, nil)).With("agent", name))
 		ctx, cancel := context.WithCancel(context.Background())

@@ -35,7 +35,7 @@ func TestStaleAttachmentCollected(t *testing.T) {
 		return map[string]string{"podwire.io/forwarding": "true", "podwire.io/routes": route}
 	}
 	const staleUID, keptUID, newUID = "c0000000-0000-4000-8000-000000000001", "c0000000-0000-4000-8000-000000000002", "c0000000-0000-4000-8000-000000000003"
-	ta := n.startAgentWith(func(c *agent.Config) { c.CollectGrace = grace },
+	ta := n.startAgentWith(func(c *agent.Config) { c.Timing.CollectGrace = grace },
 		n.primaryList("1.1.0", nil), n.podwireEntry(fwdConfig), knode("worker-1", nil),
 		kpod("nf-a", "stale", staleUID, fwd(staleNet.String())),
 		kpod("nf-a", "kept", keptUID, fwd(keptNet.String())),

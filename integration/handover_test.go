@@ -31,7 +31,7 @@ func (u *uninstallNode) startHandoverAgent(id string, entry map[string]any) (sto
 	if err != nil {
 		u.t.Fatal(err)
 	}
-	return u.runAgent(agent.Config{ID: id, Interval: 500 * time.Millisecond, HealthAddr: handoverHealth, Chain: agent.Chain{Entry: e}})
+	return u.runAgent(agent.Config{ID: id, Timing: agent.Timing{Interval: 500 * time.Millisecond}, Serve: agent.Serve{HealthAddr: handoverHealth}, Chain: agent.Chain{Entry: e}})
 }
 
 // entryLogFile is the logFile of podwire's entry in the node's conflist.

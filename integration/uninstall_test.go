@@ -79,8 +79,8 @@ func (u *uninstallNode) startAgent() (stop func()) {
 		u.t.Fatal(err)
 	}
 	return u.runAgent(agent.Config{
-		Chain:     agent.Chain{Entry: entry},
-		Uninstall: agent.NewUninstall(u.md, "podwire-system", "podwire-agent", 0),
+		Chain:   agent.Chain{Entry: entry},
+		Cluster: agent.ClusterWatch{Uninstall: agent.NewUninstall(u.md, "podwire-system", "podwire-agent", 0)},
 	})
 }
 
@@ -98,8 +98,8 @@ func (u *uninstallNode) runAgent(cfg agent.Config) (stop func()) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = u.StateDir()
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = time.Second
+	if cfg.Timing.Interval == 0 {
+		cfg.Timing.Interval = time.Second
 	}
 	if cfg.Chain.ConfDir == "" {
 		cfg.Chain.ConfDir, cfg.Chain.BinDir, cfg.Chain.Plugin, cfg.Chain.Mode = u.confDir, u.binDir, podwireBin, u.mode

@@ -50,8 +50,8 @@ func run(logp **slog.Logger) error {
 	plugin := flag.String("plugin", "/podwire", "the podwire plugin binary to install")
 	entry := flag.String("config", os.Getenv("PODWIRE_CONFIG"), "podwire's conflist entry as JSON (empty: keep the existing one or the default)")
 	mode := flag.String("mode", agent.ModeAuto, "how to keep podwire in the chain: auto (per primary), edit, derive")
-	interval := flag.Duration("interval", 3*time.Second, "period of the drift check (chain, egress file, cluster CIDRs)")
-	repairInterval := flag.Duration("repair-interval", time.Minute, "period of the tables' backstop repair; another owner's change to podwire's tables or VLAN wiring is repaired at once, from the kernel's notifications")
+	interval := flag.Duration("interval", 3*time.Second, "backstop period of the chain's reconciler; a write in the CNI conf dir is answered at once")
+	repairInterval := flag.Duration("repair-interval", time.Minute, "backstop period of the node tables' repair and of the reconcilers that follow the kernel and the API; another owner's change to podwire's tables or VLAN wiring is repaired at once, from the kernel's notifications")
 	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
 	metricsAddr := flag.String("metrics-bind-address", "", "address of Prometheus /metrics, e.g. :9178 (empty: none)")
 	logFormat := flag.String("log-format", agent.LogText, "log format on stderr: text or json (client-go's klog lines too)")
@@ -128,13 +128,17 @@ func run(logp **slog.Logger) error {
 		e = []byte(*entry)
 	}
 	a := agent.New(agent.Config{
-		Node: *node, ID: *id, StateDir: *stateDir, Interval: *interval, RepairInterval: *repairInterval, HealthAddr: *health, MetricsAddr: *metricsAddr,
-		Version:      buildinfo.Version,
-		Chain:        agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
-		Cluster:      agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
-		Uninstall:    un,
-		Claims:       agent.NewClaims(dyn, *node, log),
-		StartupTaint: *startupTaint, StartupTaintEffect: corev1.TaintEffect(*taintEffect), Nodes: core,
+		Node: *node, ID: *id, StateDir: *stateDir,
+		Version: buildinfo.Version,
+		Chain:   agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
+		Serve:   agent.Serve{HealthAddr: *health, MetricsAddr: *metricsAddr},
+		Timing:  agent.Timing{Interval: *interval, RepairInterval: *repairInterval},
+		Taint:   agent.Taint{Key: *startupTaint, Effect: corev1.TaintEffect(*taintEffect), Nodes: core},
+		Cluster: agent.ClusterWatch{
+			Nodes:     agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
+			Claims:    agent.NewClaims(dyn, *node, log),
+			Uninstall: un,
+		},
 		UnknownInterfaces: *unknownIfs,
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

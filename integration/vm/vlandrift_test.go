@@ -79,7 +79,7 @@ func startAgent(t *testing.T, n *node) *nodeEvents {
 		return true, e, nil
 	})
 	a := agent.New(agent.Config{
-		Node: "vm-node", StateDir: n.StateDir(), Interval: time.Minute,
+		Node: "vm-node", StateDir: n.StateDir(), Timing: agent.Timing{Interval: time.Minute},
 		Chain: agent.Chain{ConfDir: confDir, BinDir: binDir, Plugin: filepath.Join(pluginDirs(t)[0], "podwire"), Mode: agent.ModeAuto},
 	}, md, core, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -37,19 +37,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/google/nftables"
 	corev1 "k8s.io/api/core/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 
 	"github.com/podwire/podwire/pkg/agentapi"
-	"github.com/podwire/podwire/pkg/atomicfile"
 	"github.com/podwire/podwire/pkg/config"
-	"github.com/podwire/podwire/pkg/sourcecheck"
+	"github.com/podwire/podwire/pkg/state"
 )
 
 // Config is what the agent works on.
@@ -58,44 +57,68 @@ type Config struct {
 	StateDir string
 	// ID names this agent in stateDir's owner file (handover.go): the
 	// pod's UID (the DaemonSet's POD_UID), unique per agent process.
-	ID string
+	ID      string
+	Version string
+	Chain   Chain
+	Serve   Serve
+	Timing  Timing
+	// Taint is the startup taint the agent keeps (taint.go).
+	Taint Taint
+	// Cluster is what the agent follows of the cluster beyond its Node.
+	Cluster ClusterWatch
+	// UnknownInterfaces is what the agent does about pod interfaces without
+	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
+	UnknownInterfaces string
+}
+
+// Serve is where the agent answers.
+type Serve struct {
 	// Socket is the unix socket the plugin asks (default StateDir/agent.sock).
 	Socket string
-	Chain  Chain
-	// Interval is the period of the drift check of the chain, the egress
-	// file and the cluster's CIDRs (default 3 s; repairs are due within
-	// 10 s).
-	Interval time.Duration
-	// RepairInterval is the period of the tables' backstop repair (default
-	// 60 s): drift is seen from nftables' and the links' notifications and
-	// repaired within tableSettle; the poll catches what a lost
-	// notification would hide.
-	RepairInterval time.Duration
 	// HealthAddr serves /healthz and /readyz ("" = none), e.g. 127.0.0.1:9765.
 	HealthAddr string
 	// MetricsAddr serves /metrics ("" = none), e.g. :9178.
 	MetricsAddr string
-	Version     string
-	// Cluster follows every Node for the egress table's exceptions (nil:
-	// none are written; the agent is Ready without them).
-	Cluster *ClusterNodes
-	// StartupTaint is the key of the node's startup taint (taint.go;
-	// DefaultStartupTaint), which the agent removes once Ready and puts
-	// back while podwire is out of the runtime's chain; "" or a nil Nodes:
-	// the agent leaves taints alone.
-	StartupTaint string
-	// StartupTaintEffect is the effect the agent puts the startup taint
-	// back with (empty: NoSchedule). It removes the taint whatever its
-	// effect: nodes are registered with NoExecute.
-	StartupTaintEffect corev1.TaintEffect
-	Nodes              corev1client.NodesGetter
-	// UnknownInterfaces is what the agent does about pod interfaces without
-	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
-	UnknownInterfaces string
+}
+
+// Timing is the reconcilers' backstops: each runs when what it follows
+// changes, and at these periods in case a notification was lost.
+type Timing struct {
+	// Interval is the backstop of the chain's reconciler (default 3 s):
+	// the conf dir is watched, but whether the runtime reads podwire's
+	// conflist (Chain.InUse) also depends on files outside it.
+	Interval time.Duration
+	// RepairInterval is the backstop of the node tables' repair and of
+	// the other reconcilers that follow the kernel or the API (default
+	// 60 s): drift is seen from nftables' and the links' notifications
+	// and repaired within tableSettle.
+	RepairInterval time.Duration
 	// CollectGrace is how long a record's pod must have been absent from
 	// the node, and how old the record must be, before the record is
 	// collected (collect.go; default 60 s).
 	CollectGrace time.Duration
+}
+
+// Taint is the startup taint's configuration (taint.go).
+type Taint struct {
+	// Key is the startup taint's key (DefaultStartupTaint), which the
+	// agent removes once Ready and puts back while podwire is out of the
+	// runtime's chain; "" or a nil Nodes: the agent leaves taints alone.
+	Key string
+	// Effect is the effect the agent puts the taint back with (empty:
+	// NoSchedule). It removes the taint whatever its effect: nodes are
+	// registered with NoExecute.
+	Effect corev1.TaintEffect
+	Nodes  corev1client.NodesGetter
+}
+
+// ClusterWatch is what the agent follows of the cluster beyond its Node;
+// each is optional.
+type ClusterWatch struct {
+	// Nodes follows every Node for the egress table's exceptions and the
+	// routes to other nodes' forwarding pods (nil: none are written; the
+	// agent is Ready without them).
+	Nodes *ClusterNodes
 	// Claims holds the node's pods' claims across the cluster (claims.go);
 	// nil: the agent answers every claim with CNI error 11.
 	Claims *Claims
@@ -105,29 +128,54 @@ type Config struct {
 	Uninstall *Uninstall
 }
 
-// Agent runs the agent's loops; build it with New.
+// Agent runs the agent's reconcilers and serves the plugin; build it with
+// New.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	md     metadata.Interface
-	pods   *Pods
-	ns     *Namespaces
-	node   *Node
-	events corev1client.EventsGetter
-	m      *metrics
+	cfg Config
+	log *slog.Logger
+	api informers
+	m   *metrics
 	// ev records the agent's Events on its Node and on pods (events.go),
 	// from Run's start.
 	ev *events
+	// run runs the reconcilers of the node (on Run's goroutine, in the
+	// node's netns); claims runs the cluster claims' reconciler, whose
+	// API requests must not hold a repair back.
+	run, claims *runner
+	st          nodeState
+	// tables and memo are the reconcilers' memories (each file says
+	// which is its own).
+	tables tableMemo
+	memo   passMemo
+}
 
+// informers are the agent's API clients and caches.
+type informers struct {
+	md     metadata.Interface
+	events corev1client.EventsGetter
+	pods   *Pods
+	ns     *Namespaces
+	node   *Node
+}
+
+// nodeState is the agent's state that the socket, the health server and the
+// reconcilers share, under mu.
+type nodeState struct {
 	mu     sync.Mutex
 	status agentapi.Status
-	ticked time.Time
-	errs   map[string]string
+	// findings are what the reconcilers found wrong that a retry would
+	// not fix (an egress IP refused, a Node's data refused), by concern;
+	// shown with the reconcilers' errors.
+	findings map[string]string
+	// outOfChain is why podwire is not in the chain the runtime reads (""
+	// when it is): the chain's sync or InUse failed.
+	outOfChain string
 	// tablesVerified: a table repair (verify, rebuild what differs) has
-	// succeeded since the start.
-	tablesVerified bool
-	// clusterWritten: the cluster's CIDRs have been written once.
-	clusterWritten bool
+	// succeeded since the start; clusterWritten: the cluster's CIDRs have
+	// been written once.
+	tablesVerified, clusterWritten bool
+	// ready is the readiness after the last pass (readinessChanged).
+	ready bool
 	// successor is the agent that took the node over ("" while this one
 	// owns it): then this one changes nothing more (handover.go).
 	successor string
@@ -135,69 +183,140 @@ type Agent struct {
 	// file says it is Ready.
 	claimed    time.Time
 	ownerReady bool
-	// taint is what the agent last made of the startup taint.
-	taint taintMemo
-	// routes is syncRoutes' memory (the drift loop's goroutine only).
-	routes routeSync
-	// revoked is noteRevoked's memory (the drift loop's goroutine only).
-	revoked revokedSync
-	// unknown and reported are noteUnknown's memory (the drift loop's
-	// goroutine only): when each interface was first seen, and those
-	// already reported.
+}
+
+// tableMemo is the node tables' and their watchers' memory.
+type tableMemo struct {
+	// own tells this agent's commits from other owners' (nftwatch.go).
+	own *ownGens
+	// env is envKey before the last repair (nodeenv.go).
+	env string
+	// unknown and reported: when each interface without a record was
+	// first seen, and those already reported (unknown.go).
 	unknown  unknownSeen
 	reported map[string]bool
 	// vlanLinks are the links of the VLAN wiring the last repair named
-	// (vlan.go), under mu.
+	// (vlan.go), under nodeState.mu: the link watcher reads them.
 	vlanLinks map[string]bool
-	// collector removes stale attachments (collect.go; the drift loop's
-	// goroutine only).
+	// kernel is the subscriptions to the kernel's notifications
+	// (notify.go).
+	kernel kernelWatch
+}
+
+// passMemo is what the API-facing reconcilers last did, so that a pass with
+// nothing changed costs no request.
+type passMemo struct {
+	taint     taintMemo
+	routes    routeSync
+	revoked   revokedSync
 	collector *staleCollector
-	// own tells this agent's commits from other owners' (nftwatch.go; the
-	// drift loop's goroutine only).
-	own *ownGens
-	// env is envKey before the last repair (nodeenv.go; the drift loop's
-	// goroutine only).
-	env string
 }
 
 // New builds an agent from API clients (in-cluster in cmd/podwire-agent,
 // fakes in tests). events may be nil (no Events recorded).
 func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, log *slog.Logger) *Agent {
-	if cfg.Socket == "" {
-		cfg.Socket = filepath.Join(cfg.StateDir, config.AgentSocketName)
+	if cfg.Serve.Socket == "" {
+		cfg.Serve.Socket = filepath.Join(cfg.StateDir, config.AgentSocketName)
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = 3 * time.Second
+	if cfg.Timing.Interval == 0 {
+		cfg.Timing.Interval = 3 * time.Second
 	}
-	if cfg.RepairInterval == 0 {
-		cfg.RepairInterval = 60 * time.Second
+	if cfg.Timing.RepairInterval == 0 {
+		cfg.Timing.RepairInterval = 60 * time.Second
 	}
-	if cfg.CollectGrace == 0 {
-		cfg.CollectGrace = collectGrace
+	if cfg.Timing.CollectGrace == 0 {
+		cfg.Timing.CollectGrace = collectGrace
 	}
 	if cfg.ID == "" {
 		// Outside a pod: unique to this process.
 		cfg.ID = fmt.Sprintf("pid-%d-%x", os.Getpid(), time.Now().UnixNano())
 	}
-	return &Agent{
-		cfg: cfg, log: log, md: md, events: events, m: newMetrics(cfg.Version),
-		pods:   NewPods(md, cfg.Node, 10*time.Minute),
-		ns:     NewNamespaces(md, 10*time.Minute),
-		node:   NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
-		status: agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
-		errs:   map[string]string{},
-		own:    newOwnGens(),
+	a := &Agent{
+		cfg: cfg, log: log, m: newMetrics(cfg.Version),
+		api: informers{
+			md: md, events: events,
+			pods: NewPods(md, cfg.Node, 10*time.Minute),
+			ns:   NewNamespaces(md, 10*time.Minute),
+			node: NewNode(md, cfg.Node, cfg.StateDir, 10*time.Minute),
+		},
+		run: newRunner(), claims: newRunner(),
+		st: nodeState{
+			status:   agentapi.Status{Node: cfg.Node, Version: cfg.Version, Started: time.Now().UTC()},
+			findings: map[string]string{},
+		},
+		tables: tableMemo{own: newOwnGens()},
+	}
+	a.addReconcilers()
+	return a
+}
+
+// Names of the agent's reconcilers, as `podwire status` and /readyz show
+// them.
+const (
+	recNotify    = "kernel notifications"
+	recChain     = "chain"
+	recEgress    = "egress"
+	recTables    = "node tables"
+	recEnv       = "node addresses"
+	recVLAN      = "vlan wiring"
+	recUnknown   = "unknown interfaces"
+	recRoutes    = "routes"
+	recGates     = "gate check"
+	recCollect   = "stale attachments"
+	recTaint     = "startup taint"
+	recMetrics   = "metrics"
+	recClaims    = "cluster claims"
+	recordSettle = 500 * time.Millisecond
+)
+
+// addReconcilers registers the reconcilers the config asks for, in the order
+// of the agent's start: the chain before the tables it decides, the tables
+// before the taint that waits for them. Each file holds its reconciler's
+// pass and says what triggers it.
+func (a *Agent) addReconcilers() {
+	every := a.cfg.Timing.RepairInterval
+	a.run.add(&reconciler{name: recNotify, do: a.reconcileNotify})
+	a.run.add(&reconciler{name: recChain, do: a.reconcileChain, every: a.cfg.Timing.Interval})
+	a.run.add(&reconciler{name: recEgress, do: a.reconcileEgress, every: every})
+	a.run.add(&reconciler{name: recTables, do: a.reconcileTables, every: every})
+	a.run.add(&reconciler{name: recEnv, do: a.reconcileEnv})
+	a.run.add(&reconciler{name: recVLAN, do: a.reconcileVLANs})
+	if a.cfg.UnknownInterfaces != "" {
+		a.run.add(&reconciler{name: recUnknown, do: a.reconcileUnknown})
+	}
+	a.run.add(&reconciler{name: recRoutes, do: a.reconcileRoutes, every: resyncEvery})
+	a.run.add(&reconciler{name: recGates, do: a.reconcileGates, every: resyncEvery})
+	a.run.add(&reconciler{name: recCollect, do: a.reconcileCollect, every: every})
+	if a.cfg.Taint.Key != "" && a.cfg.Taint.Nodes != nil {
+		a.run.add(&reconciler{name: recTaint, do: a.reconcileTaint, every: every})
+	}
+	if a.cfg.Serve.MetricsAddr != "" {
+		a.run.add(&reconciler{name: recMetrics, do: a.reconcileMetrics})
+	}
+	a.run.after = a.readinessChanged
+	if a.cfg.Cluster.Claims != nil {
+		a.claims.add(&reconciler{name: recClaims, do: a.reconcileClaims, every: claimSyncEvery})
 	}
 }
 
+// recordsChanged triggers the reconcilers that follow the node's records
+// (an ADD or a DEL wrote or removed one), settled: a burst of ADDs makes
+// one pass each.
+func (a *Agent) recordsChanged() {
+	for _, name := range []string{recEgress, recRoutes, recGates, recCollect} {
+		a.run.trigger(name, recordSettle)
+	}
+	a.claims.trigger(recClaims, recordSettle)
+}
+
 // Run runs the agent until ctx ends: the socket and the informers first,
-// then the chain (the binary and the entry), the tables, the conf dir
-// watch, the drift loop and the health server.
+// then the notifications it follows, the health and metrics servers, and
+// the reconcilers, on this goroutine (whose thread is in the node's netns).
 func (a *Agent) Run(ctx context.Context) error {
 	if err := ensureStateDir(a.cfg.StateDir); err != nil {
 		return err
 	}
-	a.ev = newEvents(a.events, a.cfg.Node, nil)
+	a.ev = newEvents(a.api.events, a.cfg.Node, nil)
 	defer a.ev.stop()
 	// Before anything is installed: a last DEL after an uninstall must not
 	// remove the binary this agent is about to install.
@@ -221,376 +340,161 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error("socket server stopped", "error", err)
 		}
 	}()
-	go a.pods.Run(ctx)
-	go a.ns.Run(ctx)
-	go a.node.Run(ctx)
-	if a.cfg.Cluster != nil {
-		go a.cfg.Cluster.Run(ctx)
+	a.followAPI()
+	go a.api.pods.Run(ctx)
+	go a.api.ns.Run(ctx)
+	go a.api.node.Run(ctx)
+	if c := a.cfg.Cluster; c.Nodes != nil {
+		go c.Nodes.Run(ctx)
 	}
-	if a.cfg.Uninstall != nil {
-		go a.cfg.Uninstall.Run(ctx)
+	if c := a.cfg.Cluster; c.Uninstall != nil {
+		go c.Uninstall.Run(ctx)
 	}
-	if a.cfg.Claims != nil {
-		go a.runClaims(ctx)
+	if c := a.cfg.Cluster; c.Claims != nil {
+		go c.Claims.routes.Run(ctx.Done())
+		go a.claims.run(ctx, a.superseded)
 	}
-	// A change to a link of the VLAN wiring (a port's VLAN removed, the
-	// uplink taken off the bridge) is repaired at once, not at the tick:
-	// subscribed before the first repair, so that nothing changed after it
-	// (and after Ready) goes unseen.
-	links := a.subscribeLinks(ctx)
-	// The same for nftables: another owner's change to a podwire table
-	// (nft flush ruleset, an element deleted) is repaired at once.
-	tables := a.watchTables(ctx)
-	// And for the node's addresses and routes, which the node tables
-	// follow (egress IPs, uplinks).
-	envs := a.subscribeEnv(ctx)
-	a.syncChain(ctx)
-	// The tables at once, not at the first tick: Ready means they are laid
-	// down (readyLocked).
-	_ = a.repair(ctx) // a failure is retried from the loop (verified)
-	a.readNode()
-	a.markReady()
-	a.syncTaint(ctx)
-	if a.cfg.HealthAddr != "" {
+	if err := a.followFiles(ctx); err != nil {
+		return err
+	}
+	if a.cfg.Serve.HealthAddr != "" {
 		if err := a.serveHealth(ctx); err != nil {
 			return err
 		}
 	}
-	if a.cfg.MetricsAddr != "" {
-		if err := a.m.serve(ctx, a.cfg.MetricsAddr, a.log); err != nil {
+	if a.cfg.Serve.MetricsAddr != "" {
+		if err := a.m.serve(ctx, a.cfg.Serve.MetricsAddr, a.log, func(ctx context.Context) { a.run.waitPass(ctx, recMetrics) }); err != nil {
 			return err
 		}
 	}
+	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Serve.Socket, "confDir", a.cfg.Chain.ConfDir)
+	a.run.run(ctx, a.superseded)
+	if a.superseded() {
+		a.log.Info("agent stopping: superseded, podwire stays on the node")
+		return nil
+	}
+	a.stop()
+	return nil
+}
+
+// followAPI triggers the reconcilers that follow the informers' objects.
+// The handlers run on the informers' goroutines and only trigger.
+func (a *Agent) followAPI() {
+	onChange(a.api.node.informer, func() {
+		a.run.trigger(recEgress, 0)
+		a.run.trigger(recTaint, 0)
+	})
+	onChange(a.api.pods.informer, func() { a.run.trigger(recCollect, recordSettle) })
+	onChange(a.api.ns.informer, func() { a.run.trigger(recGates, recordSettle) })
+	if c := a.cfg.Cluster.Nodes; c != nil {
+		c.onChange(func() {
+			a.run.trigger(recEgress, 0)
+			a.run.trigger(recRoutes, 0)
+		})
+	}
+	if c := a.cfg.Cluster.Claims; c != nil {
+		// A claim landing after the Node's annotation routes at once.
+		onChange(c.routes, func() { a.run.trigger(recRoutes, 0) })
+	}
+}
+
+// followFiles watches the CNI conf dir (a primary's rewrite: the chain)
+// and stateDir (the records: what the routes, the egress exceptions, the
+// gates and the collector follow) until ctx ends.
+func (a *Agent) followFiles(ctx context.Context) error {
 	watch, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("failed to watch CNI conf dir: %w", err)
 	}
-	defer watch.Close()
 	if err := os.MkdirAll(a.cfg.Chain.ConfDir, 0o755); err != nil {
+		watch.Close()
 		return fmt.Errorf("failed to create CNI conf dir %q: %w", a.cfg.Chain.ConfDir, err)
 	}
-	if err := watch.Add(a.cfg.Chain.ConfDir); err != nil {
-		return fmt.Errorf("failed to watch CNI conf dir %q: %w", a.cfg.Chain.ConfDir, err)
-	}
-	a.log.Info("agent running", "version", a.cfg.Version, "node", a.cfg.Node, "socket", a.cfg.Socket, "confDir", a.cfg.Chain.ConfDir)
-	tick := time.NewTicker(a.cfg.Interval)
-	defer tick.Stop()
-	backstop := time.NewTicker(a.cfg.RepairInterval)
-	defer backstop.Stop()
-	// repairDue is the settled repair of the whole node, after another
-	// owner's change or a change of what the tables should be (egress
-	// annotation, the cluster's CIDRs, unknown interfaces).
-	var repairDue <-chan time.Time
-	due := func(after time.Duration) {
-		if repairDue == nil {
-			repairDue = time.After(after)
+	for _, dir := range []string{a.cfg.Chain.ConfDir, a.cfg.StateDir} {
+		if err := watch.Add(dir); err != nil {
+			watch.Close()
+			return fmt.Errorf("failed to watch %q: %w", dir, err)
 		}
 	}
-	// unknownDue is the look for unknown interfaces, after a veth came
-	// or went, or when one found passes its grace.
-	var vlanDue, unknownDue, envDue <-chan time.Time
-	graceDue := func() {
-		if at, ok := a.unknownGraceEnds(); ok && unknownDue == nil {
-			unknownDue = time.After(time.Until(at))
+	confDir := filepath.Clean(a.cfg.Chain.ConfDir)
+	go func() {
+		defer watch.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev := <-watch.Events:
+				switch {
+				case filepath.Dir(ev.Name) == confDir:
+					// A primary's installer writes in several steps
+					// (temporary file, rename): settle briefly.
+					if filepath.Ext(ev.Name) != ".tmp" {
+						a.run.trigger(recChain, 200*time.Millisecond)
+					}
+				case state.IsRecordName(filepath.Base(ev.Name)):
+					a.recordsChanged()
+				}
+			case err := <-watch.Errors:
+				a.log.Warn("conf dir or state dir watch", "error", err)
+			}
 		}
-	}
-	// retry is the wait before a failed repair's next attempt: doubled
-	// from a second up to repairRetryMax while it fails, so that a
-	// transient failure waits for neither the backstop nor a change.
-	var retry time.Duration
-	repairNow := func() {
-		// What the tables should be, read before the repair reads it:
-		// a change after this read is seen again by the next look.
-		if k, ok := a.envKey(); ok {
-			a.env = k
-		}
-		if a.repair(ctx) {
-			retry = 0
-		} else {
-			retry = min(max(2*retry, time.Second), repairRetryMax)
-			due(retry)
-		}
-		graceDue()
-	}
-	// A primary's installer writes in several steps (temporary file,
-	// rename): settle briefly after a burst of events.
-	var settle <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			if a.superseded() {
-				a.log.Info("agent stopping: superseded, podwire stays on the node")
-				return nil
-			}
-			a.stop()
-			return nil
-		case ev := <-watch.Events:
-			if filepath.Ext(ev.Name) != ".tmp" {
-				settle = time.After(200 * time.Millisecond)
-			}
-		case err := <-watch.Errors:
-			a.log.Warn("conf dir watch", "error", err)
-		case _, ok := <-tables.readyChan():
-			changes, lost := tables.take()
-			if !ok {
-				// The socket failed (ENOBUFS): subscribe again, and
-				// repair, since a change may have been lost.
-				tables = a.watchTables(ctx)
-				lost = true
-			}
-			if lost || a.foreignChange(changes) {
-				due(tableSettle)
-			}
-		case _, ok := <-envs:
-			if !ok {
-				envs = a.subscribeEnv(ctx)
-				due(0) // a change may have been lost
-				continue
-			}
-			if envDue == nil {
-				envDue = time.After(envSettle)
-			}
-		case <-envDue:
-			envDue = nil
-			if k, ok := a.envKey(); ok && k != a.env && !a.superseded() {
-				due(0)
-			}
-		case u, ok := <-links:
-			if !ok {
-				// The socket failed (ENOBUFS when notifications came
-				// faster than this loop read them): subscribe again,
-				// and repair, since a change may have been lost.
-				links = a.subscribeLinks(ctx)
-				vlanDue = time.After(vlanSettle)
-				continue
-			}
-			if vlanDue == nil && a.watchesLink(u) {
-				vlanDue = time.After(vlanSettle)
-			}
-			if unknownDue == nil && a.mayBeUnknown(u) {
-				unknownDue = time.After(unknownSettle)
-			}
-		case <-vlanDue:
-			vlanDue = nil
-			if !a.superseded() {
-				a.repairVLANs(ctx)
-			}
-		case <-unknownDue:
-			unknownDue = nil
-			if a.superseded() {
-				continue
-			}
-			if a.unknownChanged(time.Now()) {
-				due(0)
-			} else if at, ok := a.unknownGraceEnds(); ok {
-				unknownDue = time.After(time.Until(at))
-			}
-		case <-repairDue:
-			repairDue = nil
-			if !a.superseded() {
-				repairNow()
-			}
-		case <-backstop.C:
-			if !a.superseded() {
-				repairNow()
-			}
-		case <-settle:
-			settle = nil
-			if !a.superseded() && a.syncChain(ctx) {
-				due(0)
-			}
-		case <-tick.C:
-			if a.superseded() {
-				// Still ticking for /healthz; nothing of the node is
-				// this agent's to change.
-				a.mu.Lock()
-				a.ticked = time.Now()
-				a.mu.Unlock()
-				continue
-			}
-			// A marker written while this agent runs (an older agent's
-			// stop, decided as an uninstall, racing a reinstall): this
-			// agent keeps podwire on the node.
-			a.setErr("uninstall marker", a.clearUninstalled())
-			chain := a.syncChain(ctx)
-			egress, cluster := a.syncEgress(), a.syncCluster()
-			if chain || egress || cluster || !a.verified() {
-				// What the tables should be changed, or they were
-				// never verified (podwire was not in a chain yet).
-				due(0)
-			}
-			a.syncRoutes(ctx)
-			a.collectStale(ctx)
-			a.noteRevoked(ctx)
-			a.readNode()
-			a.markReady()
-			a.syncTaint(ctx)
-			a.mu.Lock()
-			a.ticked = time.Now()
-			a.mu.Unlock()
-		}
-	}
+	}()
+	return nil
 }
 
 // Status is the agent's state now.
 func (a *Agent) Status() agentapi.Status {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	st := a.status
-	st.PodsCached = a.pods.Cached()
+	recs := append(a.run.statuses(), a.claims.statuses()...)
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	st := a.st.status
+	st.PodsCached = a.api.pods.Cached()
 	st.Ready = a.readyLocked() == nil
+	st.Reconcilers = recs
 	st.Errors = nil
-	for k, v := range a.errs {
+	for k, v := range a.st.findings {
 		st.Errors = append(st.Errors, k+": "+v)
+	}
+	for _, r := range recs {
+		if r.LastError != "" {
+			st.Errors = append(st.Errors, r.Name+": "+r.LastError)
+		}
 	}
 	// By concern, not in map order: the same state reads the same.
 	slices.Sort(st.Errors)
 	return st
 }
 
-// setErr records (err non-nil) or clears the error of one concern, logging
-// changes only.
-func (a *Agent) setErr(what string, err error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old, had := a.errs[what]
+// setFinding records (err non-nil) or clears a finding of one concern,
+// logging changes only.
+func (a *Agent) setFinding(what string, err error) {
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	old, had := a.st.findings[what]
 	switch {
 	case err != nil && old != err.Error():
-		a.errs[what] = err.Error()
-		a.log.Error(what+" failed", "error", err)
+		a.st.findings[what] = err.Error()
+		a.log.Error(what, "error", err)
 	case err == nil && had:
-		delete(a.errs, what)
-		a.log.Info(what + " recovered")
+		delete(a.st.findings, what)
+		a.log.Info(what + ": resolved")
 	}
 }
 
-// syncChain installs the binary and puts podwire's entry back in the chain;
-// a restore after the first sync is logged and recorded on the Node. It
-// says whether the conflist holding podwire was written or is another
-// file, either of which may change what the tables should be.
-func (a *Agent) syncChain(ctx context.Context) bool {
-	res, err := a.cfg.Chain.Sync()
-	a.setErr("chain", err)
-	if err != nil {
-		return false
-	}
-	a.setErr("chain in use", a.cfg.Chain.InUse(res.Conflist))
-	a.writePrimaryType(res.PrimaryType)
-	a.mu.Lock()
-	first := a.status.Conflist == ""
-	moved := a.status.Conflist != res.Conflist
-	a.status.Conflist, a.status.Mode = res.Conflist, res.Mode
-	if res.ConflistChanged && !first {
-		a.status.Restores++
-		a.m.restores.WithLabelValues(res.Mode).Inc()
-	}
-	a.mu.Unlock()
-	if res.BinaryChanged {
-		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
-	}
-	if !res.ConflistChanged {
-		return moved
-	}
-	if first {
-		a.log.Info("podwire put in the chain", "conflist", res.Conflist, "primary", res.Primary, "mode", res.Mode)
-		return true
-	}
-	msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
-	a.log.Warn(msg)
-	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
-	return true
-}
-
-// syncEgress writes the node's egress annotation when it changed, and
-// says whether it did.
-func (a *Agent) syncEgress() bool {
-	v, changed, err := a.node.WriteEgress(time.Now())
-	a.setErr("egress annotation", err)
+// readinessChanged runs after every pass: when the agent became Ready it
+// says so in the owner file (handover.go), and when its readiness changed
+// the startup taint follows.
+func (a *Agent) readinessChanged() {
+	a.st.mu.Lock()
+	ready := a.readyLocked() == nil
+	changed := ready != a.st.ready
+	a.st.ready = ready
+	a.st.mu.Unlock()
 	if changed {
-		a.log.Info("node egress annotation written", "value", v)
+		a.log.Info("agent readiness", "ready", ready)
+		a.markReady()
+		a.run.trigger(recTaint, 0)
 	}
-	a.mu.Lock()
-	a.status.EgressIPs = v
-	a.mu.Unlock()
-	return changed
-}
-
-// syncCluster writes the cluster's pod CIDRs, node IPs and forwarded
-// prefixes (the other Nodes' that pass the bounds, and this node's
-// records') when they changed, and says whether it did: the repair that
-// follows brings the egress table's exceptions up to date.
-func (a *Agent) syncCluster() bool {
-	if a.cfg.Cluster == nil {
-		return false
-	}
-	_, local, err := a.recordRoutes()
-	if err != nil {
-		a.setErr("cluster CIDRs", err)
-		return false
-	}
-	r, changed, err := a.cfg.Cluster.Write(a.cfg.Node, local, a.routableBounds)
-	a.setErr("cluster CIDRs", err)
-	if err == nil && a.cfg.Cluster.Synced() {
-		a.mu.Lock()
-		a.clusterWritten = true
-		a.mu.Unlock()
-	}
-	if changed {
-		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
-	}
-	return changed
-}
-
-// repair verifies podwire's tables and repairs drift (repairTables); each
-// repair is logged and recorded as an Event on the Node.
-func (a *Agent) repair(ctx context.Context) bool {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
-	if conflist == "" {
-		return true // not in the chain yet: nothing says what the tables are
-	}
-	res, err := a.repairTables(ctx, conflist, time.Now())
-	a.setErr("table repair", err)
-	if err != nil {
-		return false
-	}
-	a.noteUnknown(ctx, res.Unknown, time.Now())
-	a.noteEgressErrors(ctx, res.Errors)
-	a.noteVLAN(ctx, res)
-	a.mu.Lock()
-	a.tablesVerified = true
-	a.mu.Unlock()
-	if !res.Repaired {
-		return true
-	}
-	a.m.repaired(res)
-	tables := res.Tables
-	now := time.Now()
-	a.mu.Lock()
-	a.status.Repairs++
-	a.status.LastRepair = now.UTC()
-	a.mu.Unlock()
-	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
-		res.Rebuilt, res.Deleted, res.ElementsReadded, tables)
-	a.log.Warn(msg)
-	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonTablesRepaired, msg)
-	return true
-}
-
-// readNode reads the records and the drop counters for /metrics, on the
-// agent's goroutine (the node's netns); a failure is an agent error, shown
-// by `podwire status`, and leaves the last good values out.
-func (a *Agent) readNode() {
-	a.setErr("metrics", a.m.readNode(a.cfg.StateDir, func() (map[string]sourcecheck.Drops, error) {
-		// A one-shot connection: each request opens its socket in
-		// the calling thread's netns.
-		c, err := nftables.New()
-		if err != nil {
-			return nil, err
-		}
-		return sourcecheck.ReadDrops(c)
-	}))
 }
 
 // readyLocked is nil when the agent can do its job: the informers have
@@ -599,36 +503,32 @@ func (a *Agent) readNode() {
 // once.
 func (a *Agent) readyLocked() error {
 	switch {
-	case !a.pods.Synced():
+	case !a.api.pods.Synced():
 		return errors.New("pod informer not synced")
-	case !a.node.Synced():
+	case !a.api.node.Synced():
 		return errors.New("node informer not synced")
-	case !a.ns.Synced():
+	case !a.api.ns.Synced():
 		return errors.New("namespace informer not synced")
-	case a.cfg.Cluster != nil && !a.clusterWritten:
+	case a.cfg.Cluster.Nodes != nil && !a.st.clusterWritten:
 		return errors.New("the cluster's pod CIDRs not written yet")
-	case a.status.Conflist == "":
+	case a.st.outOfChain != "":
+		return errors.New("podwire out of the runtime's chain: " + a.st.outOfChain)
+	case a.st.status.Conflist == "":
 		return errors.New("podwire not in the chain yet")
-	case a.errs["chain"] != "":
-		return errors.New("podwire's chain: " + a.errs["chain"])
-	case a.errs["chain in use"] != "":
-		return errors.New("podwire out of the runtime's chain: " + a.errs["chain in use"])
-	case !a.tablesVerified:
+	case !a.st.tablesVerified:
 		return errors.New("node tables not verified yet")
 	}
 	return nil
 }
 
-// serveHealth serves /healthz (the drift loop ticked recently) and /readyz
-// (readyLocked) for the DaemonSet's probes.
+// serveHealth serves /healthz (no reconciler's pass stuck) and /readyz
+// (readyLocked, and each reconciler's last pass) for the DaemonSet's
+// probes.
 func (a *Agent) serveHealth(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		a.mu.Lock()
-		last, started := a.ticked, a.status.Started
-		a.mu.Unlock()
-		if time.Since(started) > 10*a.cfg.Interval+time.Minute && time.Since(last) > 10*a.cfg.Interval {
-			http.Error(w, fmt.Sprintf("drift loop stuck since %s", last.Format(time.RFC3339)), http.StatusServiceUnavailable)
+		if name, since := a.run.stuck(healthStuck); name != "" {
+			http.Error(w, fmt.Sprintf("reconciler %q stuck in a pass since %s", name, since.Format(time.RFC3339)), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
@@ -646,36 +546,36 @@ func (a *Agent) serveHealth(ctx context.Context) error {
 			fmt.Fprintln(w, "ok (the node's new agent)")
 			return
 		}
-		a.mu.Lock()
+		st := a.Status()
+		a.st.mu.Lock()
 		err := a.readyLocked()
-		a.mu.Unlock()
+		a.st.mu.Unlock()
+		var b strings.Builder
+		for _, r := range st.Reconcilers {
+			fmt.Fprintf(&b, "reconciler %s: %d passes, last success %s", r.Name, r.Runs, stamp3339(r.LastSuccess))
+			if r.LastError != "" {
+				fmt.Fprintf(&b, ", failing since %s: %s", stamp3339(r.ErrorSince), r.LastError)
+			}
+			b.WriteString("\n")
+		}
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, err.Error()+"\n"+b.String(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprint(w, "ok\n"+b.String())
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return serveWhenFree(ctx, a.cfg.HealthAddr, "/healthz and /readyz", srv, a.log)
+	return serveWhenFree(ctx, a.cfg.Serve.HealthAddr, "/healthz and /readyz", srv, a.log)
 }
 
-// writePrimaryType writes the chain's primary plugin type into stateDir
-// (config.PrimaryTypeName) when it differs from what is there, for the
-// plugin's STATUS (a Cilium primary's pods bypass podwire's check).
-func (a *Agent) writePrimaryType(typ string) {
-	path := filepath.Join(a.cfg.StateDir, config.PrimaryTypeName)
-	if old, err := os.ReadFile(path); err == nil && string(old) == typ {
-		return
+// healthStuck is how long one pass may run before /healthz fails: longer
+// than any pass's own bounds (an API request's, a repair's 30 s).
+const healthStuck = 5 * time.Minute
+
+// stamp3339 is t in RFC 3339, or "never".
+func stamp3339(t time.Time) string {
+	if t.IsZero() {
+		return "never"
 	}
-	a.setErr("primary type", atomicfile.WriteFile(path, []byte(typ), 0o600))
-}
-
-// repairRetryMax bounds the wait between the attempts of a failing repair.
-const repairRetryMax = 30 * time.Second
-
-// verified reports whether a table repair has succeeded since the start.
-func (a *Agent) verified() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.tablesVerified
+	return t.Format(time.RFC3339)
 }

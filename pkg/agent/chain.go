@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,7 +10,10 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
+	"github.com/podwire/podwire/pkg/atomicfile"
+	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/install"
 )
 
@@ -67,6 +72,12 @@ type Chain struct {
 	// installed is what Plugin and the installed binary were when Sync
 	// last found them equal (Sync only).
 	installed [2]fileStamp
+}
+
+// binaryCurrent reports whether the installed binary is the agent's own
+// build, as the last Sync found it (true when the agent installs none).
+func (c *Chain) binaryCurrent() bool {
+	return c.BinDir == "" || c.Plugin == "" || c.installed != [2]fileStamp{}
 }
 
 // fileStamp identifies a file's content without reading it: the inode, the
@@ -210,4 +221,93 @@ func (c *Chain) nodePath(p string) string {
 		return p
 	}
 	return filepath.Join(c.HostConfDir, rel)
+}
+
+// reconcileChain clears an uninstall marker written while this agent runs,
+// installs the binary and puts podwire's entry back in the chain; a
+// restore after the first pass is logged and recorded on the Node. A
+// change of the conflist that holds podwire (written, or another file)
+// may change what the node tables and the gates are: they are triggered.
+//
+// Triggers: a write in the CNI conf dir, settled 200 ms (a primary's
+// installer writes a temporary file, then renames it); Timing.Interval
+// as a backstop, since whether the runtime reads that conflist (InUse)
+// also depends on files outside the conf dir.
+func (a *Agent) reconcileChain(context.Context) error {
+	// A marker written while this agent runs (an older agent's stop,
+	// decided as an uninstall, racing a reinstall): this agent keeps
+	// podwire on the node.
+	var errs []error
+	if err := a.clearUninstalled(); err != nil {
+		errs = append(errs, fmt.Errorf("uninstall marker: %w", err))
+	}
+	res, err := a.cfg.Chain.Sync()
+	if err != nil {
+		a.setOutOfChain(err)
+		return errors.Join(append(errs, err)...)
+	}
+	inUse := a.cfg.Chain.InUse(res.Conflist)
+	a.setOutOfChain(inUse)
+	if inUse != nil {
+		errs = append(errs, fmt.Errorf("podwire out of the runtime's chain: %w", inUse))
+	}
+	if err := a.writePrimaryType(res.PrimaryType); err != nil {
+		errs = append(errs, fmt.Errorf("primary type: %w", err))
+	}
+	a.st.mu.Lock()
+	first := a.st.status.Conflist == ""
+	moved := a.st.status.Conflist != res.Conflist
+	a.st.status.Conflist, a.st.status.Mode = res.Conflist, res.Mode
+	if res.ConflistChanged && !first {
+		a.st.status.Restores++
+		a.m.restores.WithLabelValues(res.Mode).Inc()
+	}
+	a.st.mu.Unlock()
+	if res.BinaryChanged {
+		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
+	}
+	if res.ConflistChanged || moved {
+		a.run.trigger(recTables, 0)
+		a.run.trigger(recGates, 0)
+	}
+	switch {
+	case !res.ConflistChanged:
+	case first:
+		a.log.Info("podwire put in the chain", "conflist", res.Conflist, "primary", res.Primary, "mode", res.Mode)
+	default:
+		msg := fmt.Sprintf("podwire's entry was missing from %s (primary %s rewritten): restored (mode %s)", res.Conflist, res.Primary, res.Mode)
+		a.log.Warn(msg)
+		a.ev.onNode(a.api.node.UID(), corev1.EventTypeNormal, ReasonChainRestored, msg)
+	}
+	return errors.Join(errs...)
+}
+
+// setOutOfChain records why podwire is out of the runtime's chain (nil:
+// it is in it), which readiness and the startup taint follow.
+func (a *Agent) setOutOfChain(err error) {
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	a.st.outOfChain = ""
+	if err != nil {
+		a.st.outOfChain = err.Error()
+	}
+}
+
+// conflist is the file holding podwire's entry ("" before the chain's
+// first good pass).
+func (a *Agent) conflist() string {
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	return a.st.status.Conflist
+}
+
+// writePrimaryType writes the chain's primary plugin type into stateDir
+// (config.PrimaryTypeName) when it differs from what is there, for the
+// plugin's STATUS (a Cilium primary's pods bypass podwire's check).
+func (a *Agent) writePrimaryType(typ string) error {
+	path := filepath.Join(a.cfg.StateDir, config.PrimaryTypeName)
+	if old, err := os.ReadFile(path); err == nil && string(old) == typ {
+		return nil
+	}
+	return atomicfile.WriteFile(path, []byte(typ), 0o600)
 }

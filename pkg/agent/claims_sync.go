@@ -120,46 +120,35 @@ func (c *ClusterNodes) gone(name string) bool {
 	return err == nil && !exists
 }
 
-// runClaims runs the informer of the routes' pool, and the claims'
-// reconciler every claimSyncEvery until ctx ends, while this agent owns the
-// node.
-func (a *Agent) runClaims(ctx context.Context) {
-	go a.cfg.Claims.routes.Run(ctx.Done())
-	t := time.NewTicker(claimSyncEvery)
-	defer t.Stop()
-	// At once, then at each tick: after an upgrade from a release without
-	// ClaimPools, the other nodes route this node's prefixes only once
-	// its records' claims are in the pool.
-	for first := true; ; first = false {
-		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		if a.superseded() {
-			continue
-		}
-		var gone func(string) bool
-		if a.cfg.Cluster != nil {
-			gone = a.cfg.Cluster.gone
-		}
-		cctx, cancel := context.WithTimeout(ctx, claimSyncEvery)
-		a.setErr("cluster claims", a.cfg.Claims.Sync(cctx, a.cfg.StateDir, gone))
-		cancel()
+// reconcileClaims syncs the node's records' claims with the ClaimPools
+// (Claims.Sync): it adds what a record holds and the pool lacks, and
+// releases what no record holds any more and what Nodes that are gone
+// held. It runs on a runner of its own, so that its API requests never
+// hold back a repair of the node.
+//
+// Triggers: a record written or removed; claimSyncEvery as a backstop, and
+// at the start: after an upgrade from a release without ClaimPools, the
+// other nodes route this node's prefixes only once its records' claims are
+// in the pool.
+func (a *Agent) reconcileClaims(ctx context.Context) error {
+	var gone func(string) bool
+	if a.cfg.Cluster.Nodes != nil {
+		gone = a.cfg.Cluster.Nodes.gone
 	}
+	cctx, cancel := context.WithTimeout(ctx, claimSyncEvery)
+	defer cancel()
+	return a.cfg.Cluster.Claims.Sync(cctx, a.cfg.StateDir, gone)
 }
 
 // handleClaims answers an OpClaim or OpRelease of the plugin.
 func (a *Agent) handleClaims(ctx context.Context, req agentapi.Request) *agentapi.Response {
-	if a.cfg.Claims == nil {
+	if a.cfg.Cluster.Claims == nil {
 		return &agentapi.Response{Code: 11, Error: "this agent holds no cluster-wide claims (no API client)"}
 	}
 	if req.Op == agentapi.OpRelease {
-		return a.cfg.Claims.Release(ctx, req.Attachment)
+		return a.cfg.Cluster.Claims.Release(ctx, req.Attachment)
 	}
-	resp := a.cfg.Claims.Claim(ctx, req)
+	resp := a.cfg.Cluster.Claims.Claim(ctx, req)
 	if resp.Code != 0 {
 		a.log.Info("claim not granted", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "attachment", req.Attachment,
 			"code", resp.Code, "reason", resp.Reason, "error", resp.Error)
@@ -174,12 +163,12 @@ func (a *Agent) handleClaims(ctx context.Context, req agentapi.Request) *agentap
 // not. What it leaves out is added to skipped. Without Claims (no API
 // client), want is kept whole.
 func (a *Agent) heldRoutes(want []forwarding.RemoteRoute, skipped []string) ([]forwarding.RemoteRoute, []string) {
-	if a.cfg.Claims == nil {
+	if a.cfg.Cluster.Claims == nil {
 		return want, skipped
 	}
 	kept := want[:0:0]
 	for _, r := range want {
-		held, err := a.cfg.Claims.RouteHeld(r.Node, r.Dst)
+		held, err := a.cfg.Cluster.Claims.RouteHeld(r.Node, r.Dst)
 		switch {
 		case err != nil:
 			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", r.Dst, r.Node, err))
@@ -195,10 +184,10 @@ func (a *Agent) heldRoutes(want []forwarding.RemoteRoute, skipped []string) ([]f
 // claimsVersion is the resourceVersion of the routes' ClaimPool as the
 // informer holds it ("" without Claims or before it is listed).
 func (a *Agent) claimsVersion() string {
-	if a.cfg.Claims == nil {
+	if a.cfg.Cluster.Claims == nil {
 		return ""
 	}
-	o, ok, err := a.cfg.Claims.routes.GetStore().GetByKey(routesPool)
+	o, ok, err := a.cfg.Cluster.Claims.routes.GetStore().GetByKey(routesPool)
 	if err != nil || !ok {
 		return ""
 	}

@@ -344,7 +344,7 @@ func TestRouteHeld(t *testing.T) {
 	}
 	wantCode(t, "claim", a.Claim(ctx, routeReq("nf-a", "r0", "c0/eth0", p.String())), 0)
 	go a.routes.Run(ctx.Done())
-	ag := &Agent{cfg: Config{Claims: a}}
+	ag := &Agent{cfg: Config{Cluster: ClusterWatch{Claims: a}}}
 	forged := forwarding.RemoteRoute{Dst: p, Node: "node-b"}
 	real := forwarding.RemoteRoute{Dst: p, Node: "node-a"}
 	other := forwarding.RemoteRoute{Dst: netip.MustParsePrefix("203.0.113.0/24"), Node: "node-a"}

@@ -36,8 +36,9 @@ type ClusterNodes struct {
 	stateDir string
 	informer cache.SharedIndexInformer
 	// gen counts the changes of the cache that Accepted depends on,
-	// bumped by the informer's handlers.
-	gen atomic.Uint64
+	// bumped by the informer's handlers, which then call changed.
+	gen     atomic.Uint64
+	changed atomic.Pointer[func()]
 
 	mu       sync.Mutex
 	accepted acceptedCache
@@ -70,16 +71,28 @@ func newClusterNodes(lw cache.ListerWatcher, stateDir string, resync time.Durati
 	// updated by its kubelet every few minutes, and a resync delivers
 	// every Node again unchanged.
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.gen.Add(1) },
+		AddFunc: func(any) { c.bump() },
 		UpdateFunc: func(o, n any) {
 			if !sameNodeData(o, n) {
-				c.gen.Add(1)
+				c.bump()
 			}
 		},
-		DeleteFunc: func(any) { c.gen.Add(1) },
+		DeleteFunc: func(any) { c.bump() },
 	})
 	return c
 }
+
+// bump counts a change of what podwire reads, and tells onChange's f.
+func (c *ClusterNodes) bump() {
+	c.gen.Add(1)
+	if f := c.changed.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// onChange makes f (which must not block) called after each change of what
+// podwire reads of the Nodes.
+func (c *ClusterNodes) onChange(f func()) { c.changed.Store(&f) }
 
 // slimNode is the informer's transform: a Node's name, NodeRoutesAnnotation,
 // pod CIDRs and InternalIP addresses, nothing else.

@@ -61,6 +61,9 @@ type collection struct {
 	collected []*state.Record
 	postponed []string
 	errs      []error
+	// next is when the first record still within its grace passes it
+	// (zero: none is).
+	next time.Time
 }
 
 // sync collects the records that are stale at now. Without a synced
@@ -86,11 +89,18 @@ func (c *staleCollector) sync(ctx context.Context, now time.Time) collection {
 		}
 		seen[rec.Key()] = first
 		if now.Sub(first) < c.grace || now.Sub(rec.Created) < c.grace {
+			if at := maxTime(first, rec.Created).Add(c.grace); out.next.IsZero() || at.Before(out.next) {
+				out.next = at
+			}
 			continue
 		}
 		m, err := c.pods.get(ctx, rec.PodNamespace, rec.PodName)
 		if err != nil {
 			out.postponed = append(out.postponed, fmt.Sprintf("%s (pod %s): %v", rec.Key(), rec.PodRef(), err))
+			// Asked again soon: the API may answer then.
+			if at := now.Add(min(max(c.grace/4, time.Second), 15*time.Second)); out.next.IsZero() || at.Before(out.next) {
+				out.next = at
+			}
 			continue
 		}
 		if m != nil && string(m.UID) == rec.PodUID {
@@ -141,38 +151,49 @@ func runCollect(ctx context.Context, plugin, conflist string, rec *state.Record)
 	return &res, nil
 }
 
-// collectStale runs the stale collector (staleCollector) once the agent is
-// in the chain, and logs and records on the Node each attachment it
-// removed.
-func (a *Agent) collectStale(ctx context.Context) {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
+// reconcileCollect runs the stale collector (staleCollector) once the
+// agent is in the chain, and logs and records on the Node each attachment
+// it removed.
+//
+// Triggers: a pod of the node added, changed or deleted (the informer), a
+// record written or removed, the end of an absent pod's grace (sync's
+// next); Timing.RepairInterval as a backstop.
+func (a *Agent) reconcileCollect(ctx context.Context) error {
+	conflist := a.conflist()
 	if conflist == "" {
-		return
+		return nil
 	}
-	if a.collector == nil {
+	if a.memo.collector == nil {
 		plugin := filepath.Join(a.cfg.Chain.BinDir, "podwire")
-		a.collector = &staleCollector{pods: a.pods, store: state.New(a.cfg.StateDir), grace: a.cfg.CollectGrace}
-		a.collector.run = func(ctx context.Context, rec *state.Record) (*cliapi.CollectResult, error) {
-			a.mu.Lock()
-			conflist := a.status.Conflist
-			a.mu.Unlock()
+		a.memo.collector = &staleCollector{pods: a.api.pods, store: state.New(a.cfg.StateDir), grace: a.cfg.Timing.CollectGrace}
+		a.memo.collector.run = func(ctx context.Context, rec *state.Record) (*cliapi.CollectResult, error) {
+			conflist := a.conflist()
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			return runCollect(cctx, plugin, conflist, rec)
 		}
 	}
 	now := time.Now()
-	res := a.collector.sync(ctx, now)
+	res := a.memo.collector.sync(ctx, now)
 	for _, p := range res.postponed {
 		a.log.Info("stale attachment: collection postponed, the API could not confirm its pod is gone", "attachment", p)
 	}
-	a.setErr("stale attachments", errors.Join(res.errs...))
+	if !res.next.IsZero() {
+		a.run.triggerAt(recCollect, res.next)
+	}
 	for _, rec := range res.collected {
 		msg := fmt.Sprintf("attachment %s of pod %s (UID %s) collected: the pod is gone from the node and the runtime never ran its DEL; its routes, set elements and claims were removed by DEL's path",
 			rec.Key(), rec.PodRef(), rec.PodUID)
 		a.log.Warn(msg)
-		a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonAttachmentCollected, msg)
+		a.ev.onNode(a.api.node.UID(), corev1.EventTypeNormal, ReasonAttachmentCollected, msg)
 	}
+	return errors.Join(res.errs...)
+}
+
+// maxTime is the later of a and b.
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -45,12 +45,12 @@ type owner struct {
 
 // claim makes this agent the node's owner.
 func (a *Agent) claim() error {
-	a.mu.Lock()
-	if a.claimed.IsZero() {
-		a.claimed = time.Now().UTC()
+	a.st.mu.Lock()
+	if a.st.claimed.IsZero() {
+		a.st.claimed = time.Now().UTC()
 	}
-	o := owner{ID: a.cfg.ID, Version: a.cfg.Version, Since: a.claimed, Ready: a.ownerReady}
-	a.mu.Unlock()
+	o := owner{ID: a.cfg.ID, Version: a.cfg.Version, Since: a.st.claimed, Ready: a.st.ownerReady}
+	a.st.mu.Unlock()
 	b, err := json.Marshal(o)
 	if err != nil {
 		return err
@@ -60,14 +60,14 @@ func (a *Agent) claim() error {
 
 // markReady records in the owner file, once, that this agent is Ready.
 func (a *Agent) markReady() {
-	a.mu.Lock()
-	ready := !a.ownerReady && a.readyLocked() == nil
+	a.st.mu.Lock()
+	ready := !a.st.ownerReady && a.readyLocked() == nil
 	if ready {
-		a.ownerReady = true
+		a.st.ownerReady = true
 	}
-	a.mu.Unlock()
+	a.st.mu.Unlock()
 	if ready {
-		a.setErr("owner", a.claim())
+		a.setFinding("owner file", a.claim())
 	}
 }
 
@@ -102,7 +102,7 @@ func (a *Agent) supersededBy() *owner {
 		if !errors.Is(err, fs.ErrNotExist) && err != nil {
 			a.log.Warn("unreadable owner file: claiming the node again", "file", OwnerName, "error", err)
 		}
-		a.setErr("owner", a.claim())
+		a.setFinding("owner file", a.claim())
 		return nil
 	}
 	if o.ID == a.cfg.ID {
@@ -114,9 +114,9 @@ func (a *Agent) supersededBy() *owner {
 // superseded reports whether another agent owns the node now; the first
 // time it does, it says so in the log.
 func (a *Agent) superseded() bool {
-	a.mu.Lock()
-	done := a.successor != ""
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	done := a.st.successor != ""
+	a.st.mu.Unlock()
 	if done {
 		return true
 	}
@@ -124,9 +124,9 @@ func (a *Agent) superseded() bool {
 	if o == nil {
 		return false
 	}
-	a.mu.Lock()
-	a.successor = fmt.Sprintf("%s (version %s, since %s)", o.ID, o.Version, o.Since.Format(time.RFC3339))
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	a.st.successor = fmt.Sprintf("%s (version %s, since %s)", o.ID, o.Version, o.Since.Format(time.RFC3339))
+	a.st.mu.Unlock()
 	a.log.Info("another agent took the node over: this one changes nothing more and waits for its stop",
 		"successor", o.ID, "successorVersion", o.Version)
 	return true

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -243,6 +244,29 @@ func b2f(b bool) float64 {
 	return 0
 }
 
+// scrapeRead bounds the wait of a scrape for the node's figures: a pass
+// of another reconciler (a repair) may be under way; then the scrape gets
+// the last figures read.
+const scrapeRead = 2 * time.Second
+
+// reconcileMetrics reads the records and the drop counters for /metrics, on
+// the runner's goroutine (the node's netns); what it could not read stays
+// out of the figures.
+//
+// Triggers: a scrape of /metrics. No backstop: an unscraped agent reads
+// nothing.
+func (a *Agent) reconcileMetrics(context.Context) error {
+	return a.m.readNode(a.cfg.StateDir, func() (map[string]sourcecheck.Drops, error) {
+		// A one-shot connection: each request opens its socket in
+		// the calling thread's netns.
+		c, err := nftables.New()
+		if err != nil {
+			return nil, err
+		}
+		return sourcecheck.ReadDrops(c)
+	})
+}
+
 // readNode reads the records of stateDir and the drop counters of the
 // source check (through r, in the calling thread's netns) into the
 // snapshot. It returns the first error; what it could read is kept.
@@ -287,10 +311,17 @@ func (m *metrics) observe(op string, resp *agentapi.Response, took time.Duration
 	}
 }
 
-// serve serves /metrics on addr until ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
+// serve serves /metrics on addr until ctx ends; before each scrape, read
+// brings the node's figures up to date (bounded by scrapeRead).
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger, read func(context.Context)) error {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rctx, cancel := context.WithTimeout(r.Context(), scrapeRead)
+		read(rctx)
+		cancel()
+		h.ServeHTTP(w, r)
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	return serveWhenFree(ctx, addr, "/metrics", srv, log)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -53,8 +54,9 @@ type tableWatch struct {
 	// may have gone unseen.
 	lost bool
 	// ready is signalled (without blocking) when pending grew or lost
-	// was set; closed when the watch ended.
+	// was set; closed when the watch ended, after ended is set.
 	ready chan struct{}
+	ended bool
 }
 
 // maxPending bounds the generations kept between two reads of the loop;
@@ -63,8 +65,8 @@ const maxPending = 1024
 
 // watchTables subscribes to nftables' notifications in the calling
 // thread's netns (the node's) and reads them until ctx ends or the socket
-// fails. nil when it cannot subscribe: the backstop still repairs.
-func (a *Agent) watchTables(ctx context.Context) *tableWatch {
+// fails; the kernel notifications' reconciler takes them (notify.go).
+func (a *Agent) watchTables(ctx context.Context) (*tableWatch, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err == nil {
 		if err = c.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
@@ -72,8 +74,7 @@ func (a *Agent) watchTables(ctx context.Context) *tableWatch {
 		}
 	}
 	if err != nil {
-		a.log.Warn("no nftables notifications: table drift is repaired by the backstop poll only", "error", err)
-		return nil
+		return nil, fmt.Errorf("no nftables notifications (table drift is repaired by the backstop only): %w", err)
 	}
 	// Room for a burst (a flush of a large ruleset is a message per
 	// object); a best effort, the loss is handled.
@@ -88,17 +89,17 @@ func (a *Agent) watchTables(ctx context.Context) *tableWatch {
 			if err != nil {
 				if ctx.Err() == nil {
 					a.log.Warn("nftables notifications", "error", err)
-					w.mu.Lock()
-					w.lost = true
-					w.mu.Unlock()
 				}
+				w.mu.Lock()
+				w.lost, w.ended = true, true
+				w.mu.Unlock()
 				c.Close()
 				return
 			}
 			w.read(msgs)
 		}
 	}()
-	return w
+	return w, nil
 }
 
 // read takes one receive's messages.
@@ -128,13 +129,13 @@ func (w *tableWatch) read(msgs []netlink.Message) {
 }
 
 // take returns and forgets the generations seen since the last take, and
-// whether a change may have been lost.
-func (w *tableWatch) take() ([]tableChange, bool) {
+// whether a change may have been lost; ended: the watch has ended.
+func (w *tableWatch) take() (changes []tableChange, lost, ended bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p, lost := w.pending, w.lost
 	w.pending, w.lost = nil, false
-	return p, lost
+	return p, lost, w.ended
 }
 
 // batchStep folds one notification into the batch under way (touched: a
@@ -229,20 +230,11 @@ func (o *ownGens) foreign(c tableChange) bool {
 	return true
 }
 
-// readyChan is the channel that signals new changes; nil (never ready) for
-// a nil watch.
-func (w *tableWatch) readyChan() <-chan struct{} {
-	if w == nil {
-		return nil
-	}
-	return w.ready
-}
-
 // foreignChange reports whether one of changes was another owner's, and
 // logs it.
 func (a *Agent) foreignChange(changes []tableChange) bool {
 	for _, c := range changes {
-		if a.own.foreign(c) {
+		if a.tables.own.foreign(c) {
 			a.log.Info("podwire's tables changed by another owner", "generation", c.gen, "command", c.comm)
 			return true
 		}

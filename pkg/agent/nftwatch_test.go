@@ -78,7 +78,7 @@ func TestTableChanges(t *testing.T) {
 		// Two receives: a batch may span them.
 		w.read(tc.batch[:1])
 		w.read(tc.batch[1:])
-		got, lost := w.take()
+		got, lost, _ := w.take()
 		if lost || (len(got) == 1) != tc.changed || len(got) > 1 {
 			t.Errorf("%s: changes %+v (lost %v), want a change: %v", tc.name, got, lost, tc.changed)
 			continue

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,4 +72,67 @@ func (n *Node) WriteEgress(now time.Time) (value string, changed bool, err error
 	value, found := m.Annotations[nodetables.EgressAnnotation]
 	changed, err = nodetables.WriteNodeEgress(n.stateDir, n.name, value, found, now)
 	return value, changed, err
+}
+
+// reconcileEgress writes the node's egress annotation and the cluster's
+// pod CIDRs, node IPs and forwarded prefixes (the other Nodes' that pass
+// the bounds, and this node's records') into stateDir when they changed;
+// a change triggers the node tables' repair, which brings the egress
+// table up to date. The cluster's CIDRs written once are part of Ready.
+//
+// Triggers: the Node changed, the cluster's Nodes changed (the
+// informers), a record written or removed; Timing.RepairInterval as a
+// backstop.
+func (a *Agent) reconcileEgress(context.Context) error {
+	v, changed, err := a.api.node.WriteEgress(time.Now())
+	if err != nil {
+		err = fmt.Errorf("egress annotation: %w", err)
+	}
+	if changed {
+		a.log.Info("node egress annotation written", "value", v)
+	}
+	a.st.mu.Lock()
+	a.st.status.EgressIPs = v
+	a.st.mu.Unlock()
+	clusterChanged, clusterErr := a.writeCluster()
+	if changed || clusterChanged {
+		a.run.trigger(recTables, 0)
+	}
+	return errors.Join(err, clusterErr)
+}
+
+// writeCluster writes the cluster's CIDRs (ClusterNodes.Write) and says
+// whether they changed.
+func (a *Agent) writeCluster() (bool, error) {
+	nodes := a.cfg.Cluster.Nodes
+	if nodes == nil {
+		return false, nil
+	}
+	_, local, err := a.recordRoutes()
+	if err != nil {
+		return false, fmt.Errorf("cluster CIDRs: %w", err)
+	}
+	r, changed, err := nodes.Write(a.cfg.Node, local, a.routableBounds)
+	if err != nil {
+		return false, fmt.Errorf("cluster CIDRs: %w", err)
+	}
+	if nodes.Synced() {
+		a.st.mu.Lock()
+		a.st.clusterWritten = true
+		a.st.mu.Unlock()
+	}
+	if changed {
+		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
+	}
+	return changed, nil
+}
+
+// onChange calls f (which must not block) after every add, update or
+// delete the informer delivers.
+func onChange(inf cache.SharedIndexInformer, f func()) {
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { f() },
+		UpdateFunc: func(any, any) { f() },
+		DeleteFunc: func(any) { f() },
+	})
 }

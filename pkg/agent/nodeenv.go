@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/ruleset"
 )
@@ -16,52 +14,17 @@ import (
 // burst (an interface's addresses, a pod's routes) makes one look.
 const envSettle = 200 * time.Millisecond
 
-// subscribeEnv opens the kernel's address and route notifications in the
-// calling thread's netns, the node's: what the tables should be depends on
-// them (the egress IPs the node holds, the uplinks, the default route's
-// interfaces: nodetables.ReadEnv). The channel is signalled on any update
-// and closed when a subscription failed; nil when it cannot subscribe (the
-// backstop still repairs).
-func (a *Agent) subscribeEnv(ctx context.Context) <-chan struct{} {
-	sub, cancel := context.WithCancel(ctx)
-	addrs := make(chan netlink.AddrUpdate, 64)
-	routes := make(chan netlink.RouteUpdate, 64)
-	onErr := func(err error) {
-		if sub.Err() == nil {
-			a.log.Warn("address or route notifications", "error", err)
-		}
+// reconcileEnv looks whether the node tables should change after a change
+// of the node's addresses or routes (envKey against the last repair's),
+// and triggers their repair if so: a look, which touches no table.
+//
+// Triggers: the kernel's address and route notifications (notify.go),
+// settled by envSettle. No backstop: the tables' own backstop repairs.
+func (a *Agent) reconcileEnv(context.Context) error {
+	if k, ok := a.envKey(); ok && k != a.tables.env {
+		a.run.trigger(recTables, 0)
 	}
-	err := netlink.AddrSubscribeWithOptions(addrs, sub.Done(), netlink.AddrSubscribeOptions{ErrorCallback: onErr})
-	if err == nil {
-		err = netlink.RouteSubscribeWithOptions(routes, sub.Done(), netlink.RouteSubscribeOptions{ErrorCallback: onErr}) // no dump
-	}
-	if err != nil {
-		cancel()
-		a.log.Warn("no address or route notifications: a change of the node's egress IPs or uplinks is seen by the backstop only", "error", err)
-		return nil
-	}
-	out := make(chan struct{}, 1)
-	go func() {
-		defer cancel()
-		defer close(out)
-		for {
-			select {
-			case _, ok := <-addrs:
-				if !ok {
-					return
-				}
-			case _, ok := <-routes:
-				if !ok {
-					return
-				}
-			}
-			select {
-			case out <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return out
+	return nil
 }
 
 // envKey is what the node's tables should be now, as one string: each
@@ -69,9 +32,7 @@ func (a *Agent) subscribeEnv(ctx context.Context) <-chan struct{} {
 // assigned), read as a repair reads them, without touching nftables. ok
 // is false while podwire is in no chain or its entry cannot be read.
 func (a *Agent) envKey() (key string, ok bool) {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
+	conflist := a.conflist()
 	if conflist == "" {
 		return "", false
 	}

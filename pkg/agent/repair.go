@@ -34,10 +34,7 @@ import (
 // as a process, so that the agent and the runtime's ADDs do not rebuild
 // each other's tables.
 func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time) (*cliapi.RepairResult, error) {
-	a.mu.Lock()
-	chainErr := a.errs["chain"]
-	a.mu.Unlock()
-	if chainErr != "" {
+	if !a.cfg.Chain.binaryCurrent() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return execRepair(cctx, filepath.Join(a.cfg.Chain.BinDir, "podwire"), conflist, a.repairOptions(now))
@@ -50,10 +47,58 @@ func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time
 	res, err := noderepair.Run(conf, conflist, a.repairOptions(now))
 	if genErr == nil {
 		if to, err := nft.Generation(); err == nil {
-			a.own.add(ownWindow{from: from, to: to})
+			a.tables.own.add(ownWindow{from: from, to: to})
 		}
 	}
 	return res, err
+}
+
+// reconcileTables verifies podwire's tables and repairs drift
+// (repairTables); each repair is logged and recorded as an Event on the
+// Node. What it found beyond the tables goes to their own reconcilers:
+// the unknown interfaces' grace, a VLAN wiring it could not repair.
+//
+// Triggers: another owner's change to a podwire table (notify.go, after
+// tableSettle); a change of what the tables should be (the chain, the
+// egress annotation, the cluster's CIDRs, the node's addresses, unknown
+// interfaces); Timing.RepairInterval as a backstop. A failure is retried
+// with the runner's backoff.
+func (a *Agent) reconcileTables(ctx context.Context) error {
+	conflist := a.conflist()
+	if conflist == "" {
+		return nil // not in the chain yet: nothing says what the tables are
+	}
+	// What the tables should be, read before the repair reads it: a
+	// change after this read is seen again by the next look.
+	if k, ok := a.envKey(); ok {
+		a.tables.env = k
+	}
+	now := time.Now()
+	res, err := a.repairTables(ctx, conflist, now)
+	if err != nil {
+		return err
+	}
+	a.noteUnknown(ctx, res.Unknown, now)
+	a.noteEgressErrors(ctx, res.Errors)
+	if err := a.noteVLAN(ctx, res); err != nil {
+		a.run.trigger(recVLAN, time.Second)
+	}
+	a.st.mu.Lock()
+	a.st.tablesVerified = true
+	a.st.mu.Unlock()
+	if !res.Repaired {
+		return nil
+	}
+	a.m.repaired(res)
+	a.st.mu.Lock()
+	a.st.status.Repairs++
+	a.st.status.LastRepair = now.UTC()
+	a.st.mu.Unlock()
+	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
+		res.Rebuilt, res.Deleted, res.ElementsReadded, res.Tables)
+	a.log.Warn(msg)
+	a.ev.onNode(a.api.node.UID(), corev1.EventTypeNormal, ReasonTablesRepaired, msg)
+	return nil
 }
 
 // execRepair runs the plugin binary's `podwire repair` with opts.
@@ -89,21 +134,21 @@ const (
 )
 
 // noteEgressErrors makes the node tables' errors of a repair the agent's
-// error "egress" (in its status, `podwire status` and /readyz's text, not
+// finding "egress" (in its status, `podwire status` and /readyz's text, not
 // its readiness: the source check still holds) and records each new set of
 // them as a Warning Event on the Node.
-func (a *Agent) noteEgressErrors(ctx context.Context, errs []string) {
+func (a *Agent) noteEgressErrors(_ context.Context, errs []string) {
 	msg := strings.Join(errs, "; ")
-	a.mu.Lock()
-	old := a.errs["egress"]
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	old := a.st.findings["egress"]
+	a.st.mu.Unlock()
 	if msg == "" {
-		a.setErr("egress", nil)
+		a.setFinding("egress", nil)
 		return
 	}
-	a.setErr("egress", errors.New(msg))
+	a.setFinding("egress", errors.New(msg))
 	if msg == old {
 		return
 	}
-	a.ev.onNode(a.node.UID(), corev1.EventTypeWarning, ReasonEgressError, msg)
+	a.ev.onNode(a.api.node.UID(), corev1.EventTypeWarning, ReasonEgressError, msg)
 }

@@ -77,38 +77,36 @@ type revokedSync struct {
 	reported          map[string]string
 }
 
-// noteRevoked checks the node's records against the gates of the entry in
+// reconcileGates checks the node's records against the gates of the entry in
 // conflist when the records, the conflist or a namespace changed (or
 // every resyncEvery), and reports the records no longer admitted: status,
 // log and an Event on the pod, once per record and reason.
-func (a *Agent) noteRevoked(ctx context.Context) {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
-	if conflist == "" || !a.ns.Synced() {
-		return
+//
+// Triggers: a record written or removed, a namespace's labels changed, the
+// chain's conflist written; resyncEvery as a backstop.
+func (a *Agent) reconcileGates(context.Context) error {
+	conflist := a.conflist()
+	if conflist == "" || !a.api.ns.Synced() {
+		return nil
 	}
 	dir, err1 := os.Stat(a.cfg.StateDir)
 	cf, err2 := os.Stat(conflist)
 	if err1 != nil || err2 != nil {
-		return // the chain and the records report their own errors
+		return nil // the chain and the records report their own errors
 	}
-	rs := &a.revoked
-	gen := a.ns.gen.Load()
+	rs := &a.memo.revoked
+	gen := a.api.ns.gen.Load()
 	if dir.ModTime().Equal(rs.dirTime) && cf.ModTime().Equal(rs.confTime) && gen == rs.nsGen && time.Since(rs.checkedAt) < resyncEvery {
-		return
+		return nil
 	}
 	conf, err := readEntryConf(conflist)
 	if err != nil {
-		a.setErr("gate check", err)
-		return
+		return err
 	}
 	recs, err := state.New(a.cfg.StateDir).List()
 	if err != nil {
-		a.setErr("gate check", err)
-		return
+		return err
 	}
-	a.setErr("gate check", nil)
 	now := a.revokedRecordsNow(conf, recs)
 	rs.dirTime, rs.confTime, rs.nsGen, rs.checkedAt = dir.ModTime(), cf.ModTime(), gen, time.Now()
 	byKey := map[string]*state.Record{}
@@ -126,14 +124,15 @@ func (a *Agent) noteRevoked(ctx context.Context) {
 	}
 	rs.reported = now
 	lines := slices.Sorted(maps.Values(now))
-	a.mu.Lock()
-	a.status.Revoked = lines
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	a.st.status.Revoked = lines
+	a.st.mu.Unlock()
+	return nil
 }
 
 // revokedRecordsNow is revokedRecords with the namespace cache's labels.
 func (a *Agent) revokedRecordsNow(conf *config.NetConf, recs []*state.Record) map[string]string {
-	return revokedRecords(conf, recs, a.ns.cachedLabels)
+	return revokedRecords(conf, recs, a.api.ns.cachedLabels)
 }
 
 // readEntryConf is podwire's entry in conflist, parsed.

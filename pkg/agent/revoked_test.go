@@ -72,11 +72,11 @@ func TestRevokedReported(t *testing.T) {
 	a := New(Config{Node: "n1", StateDir: stateDir}, md, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	rec := record.NewFakeRecorder(10)
 	a.ev = &events{recorder: rec}
-	a.status.Conflist = conflist
+	a.st.status.Conflist = conflist
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.ns.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), a.ns.Synced) {
+	go a.api.ns.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), a.api.ns.Synced) {
 		t.Fatal("namespaces not synced")
 	}
 	events := func() []string {
@@ -91,7 +91,7 @@ func TestRevokedReported(t *testing.T) {
 		}
 	}
 
-	a.noteRevoked(ctx)
+	mustPass(t, a.reconcileGates(ctx))
 	if got := a.Status().Revoked; len(got) != 0 {
 		t.Fatalf("with every grant in place: revoked %q, want none", got)
 	}
@@ -106,14 +106,14 @@ func TestRevokedReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if l, _ := a.ns.cachedLabels("nf-a"); l["tier"] == "web" {
+		if l, _ := a.api.ns.cachedLabels("nf-a"); l["tier"] == "web" {
 			break
 		}
 		if time.Now().After(end) {
 			t.Fatal("the relabel never reached the cache")
 		}
 	}
-	a.noteRevoked(ctx)
+	mustPass(t, a.reconcileGates(ctx))
 	got := a.Status().Revoked
 	if len(got) != 1 || !strings.Contains(got[0], "nf-a/router") || !strings.Contains(got[0], "forwarding.namespaceSelector") {
 		t.Errorf("after the relabel: revoked %q, want nf-a/router by forwarding.namespaceSelector", got)
@@ -123,7 +123,7 @@ func TestRevokedReported(t *testing.T) {
 		t.Errorf("after the relabel: Events %q, want one %s naming nf-a/router", e, ReasonRevoked)
 	}
 	// Nothing changed: nothing reported again.
-	a.noteRevoked(ctx)
+	mustPass(t, a.reconcileGates(ctx))
 	if e := events(); len(e) != 0 {
 		t.Errorf("a second check with nothing changed recorded %q", e)
 	}
@@ -131,7 +131,7 @@ func TestRevokedReported(t *testing.T) {
 	// The grant of edge's routes leaves the config.
 	time.Sleep(20 * time.Millisecond) // a new mtime
 	writeConf("203.0.113.0/24")
-	a.noteRevoked(ctx)
+	mustPass(t, a.reconcileGates(ctx))
 	got = a.Status().Revoked
 	if len(got) != 2 || !strings.Contains(strings.Join(got, "\n"), "edge/gw") || !strings.Contains(strings.Join(got, "\n"), "forwarding.routablePrefixes") {
 		t.Errorf("after the config change: revoked %q, want nf-a/router and edge/gw (forwarding.routablePrefixes)", got)

@@ -117,7 +117,7 @@ func (a *Agent) recordRoutes() (string, []netip.Prefix, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	rs := &a.routes
+	rs := &a.memo.routes
 	// The mtime comes from a coarse clock: a change in the same tick of
 	// it as the last read keeps the mtime, so the cache counts only when
 	// that read came well after the mtime.
@@ -141,7 +141,7 @@ func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := a.node.meta()
+	m := a.api.node.meta()
 	if m == nil {
 		return local, nil // not listed yet
 	}
@@ -153,7 +153,7 @@ func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
 		v = want
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{NodeRoutesAnnotation: v}}})
-	if _, err := a.md.Resource(nodesResource).Patch(ctx, a.cfg.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := a.api.md.Resource(nodesResource).Patch(ctx, a.cfg.Node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return local, fmt.Errorf("failed to publish the node's forwarded routes %q: %w", want, err)
 	}
 	a.log.Info("node's forwarded routes published", "annotation", NodeRoutesAnnotation, "value", want)
@@ -166,9 +166,7 @@ func (a *Agent) publishRoutes(ctx context.Context) ([]netip.Prefix, error) {
 // by that node's agent, but also by whoever else may patch Nodes).
 // It is read again only when the conflist's path, size or mtime changed.
 func (a *Agent) routableBounds() ([]netip.Prefix, error) {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
+	conflist := a.conflist()
 	if conflist == "" {
 		return nil, errors.New("podwire is not in the chain yet")
 	}
@@ -176,7 +174,7 @@ func (a *Agent) routableBounds() ([]netip.Prefix, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &a.routes.bounds
+	m := &a.memo.routes.bounds
 	// As recordRoutes: a read in the mtime's own coarse tick counts for
 	// nothing.
 	if m.path == conflist && m.size == fi.Size() && m.mtime.Equal(fi.ModTime()) && m.readAt.Sub(m.mtime) > time.Second {
@@ -257,33 +255,44 @@ func podCIDROf(n *corev1.Node, v4 bool) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// syncRoutes publishes this node's forwarded routes and routes the other
-// nodes'; changes are logged. The next hops are resolved again only when
-// the accepted prefixes or the local ones changed, or every resyncEvery.
-func (a *Agent) syncRoutes(ctx context.Context) {
+// reconcileRoutes publishes this node's forwarded routes and routes the
+// other nodes'; changes are logged. The next hops are resolved again only
+// when the accepted prefixes or the local ones changed, or every
+// resyncEvery. Other Nodes' data that the bounds refuse is a finding ("node
+// data"), not a failure: a retry would refuse it again.
+//
+// Triggers: a record written or removed (stateDir), a change of the
+// cluster's Nodes or of the routes' ClaimPool; resyncEvery as a backstop
+// (a route removed or changed by hand).
+func (a *Agent) reconcileRoutes(ctx context.Context) error {
 	local, err := a.publishRoutes(ctx)
-	a.setErr("route publication", err)
-	if a.cfg.Cluster == nil || !a.cfg.Cluster.Synced() {
-		return
+	if err != nil {
+		err = fmt.Errorf("route publication: %w", err)
 	}
-	accepted, refused := a.cfg.Cluster.Accepted(a.cfg.Node, a.routableBounds)
-	a.setErr("node data", refusedError(refused))
+	nodes := a.cfg.Cluster.Nodes
+	if nodes == nil || !nodes.Synced() {
+		return err
+	}
+	accepted, refused := nodes.Accepted(a.cfg.Node, a.routableBounds)
+	a.setFinding("node data", refusedError(refused))
 	// The routes' ClaimPool decides too (heldRoutes): a change of it alone
 	// (a claim landing after the Node's annotation) syncs at once.
 	held := a.claimsVersion()
-	rs := &a.routes
+	rs := &a.memo.routes
 	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && held == rs.heldVersion && time.Since(rs.syncedAt) < resyncEvery {
-		return
+		return err
 	}
-	want, skipped := a.heldRoutes(a.cfg.Cluster.remoteRoutes(accepted, local))
-	added, deleted, err := forwarding.SyncRemoteRoutes(want)
-	a.setErr("remote routes", err)
-	if err == nil {
+	want, skipped := a.heldRoutes(nodes.remoteRoutes(accepted, local))
+	added, deleted, syncErr := forwarding.SyncRemoteRoutes(want)
+	if syncErr == nil {
 		rs.accepted, rs.appliedLocal, rs.heldVersion, rs.syncedAt = accepted, local, held, time.Now()
+	} else {
+		syncErr = fmt.Errorf("remote routes: %w", syncErr)
 	}
 	if len(added) > 0 || len(deleted) > 0 {
 		a.log.Info("routes to other nodes' forwarding pods synced", "added", added, "deleted", deleted, "skipped", skipped)
 	}
+	return errors.Join(err, syncErr)
 }
 
 // refusedError is the Nodes' data that Accepted refused or capped, as one error

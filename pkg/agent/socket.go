@@ -36,7 +36,7 @@ func ensureStateDir(dir string) error {
 // listen opens the socket the plugin asks (agentapi.Listen: root peers
 // only, 0600, a capped number of connections, never unlinked on close).
 func (a *Agent) listen() (net.Listener, error) {
-	return agentapi.Listen(a.cfg.Socket, agentapi.MaxConns, a.log)
+	return agentapi.Listen(a.cfg.Serve.Socket, agentapi.MaxConns, a.log)
 }
 
 // observedHandle is handle, counted and timed for /metrics.
@@ -51,7 +51,7 @@ func (a *Agent) observedHandle(ctx context.Context, req agentapi.Request) *agent
 func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Response {
 	switch req.Op {
 	case agentapi.OpPod:
-		resp, refusal := a.pods.lookup(ctx, req.Namespace, req.Name, req.UID)
+		resp, refusal := a.api.pods.lookup(ctx, req.Namespace, req.Name, req.UID)
 		if refusal != "" {
 			a.m.refused(refusal)
 		}
@@ -59,7 +59,7 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 			"source", resp.Source, "code", resp.Code, "error", resp.Error)
 		return resp
 	case agentapi.OpNamespace:
-		resp := a.ns.Labels(ctx, req.Namespace)
+		resp := a.api.ns.Labels(ctx, req.Namespace)
 		a.log.Info("namespace labels asked", "namespace", req.Namespace, "source", resp.Source, "code", resp.Code, "error", resp.Error)
 		return resp
 	case agentapi.OpRefusal:

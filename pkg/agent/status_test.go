@@ -6,18 +6,24 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	metadatafake "k8s.io/client-go/metadata/fake"
 )
 
-// TestStatusErrorsInOrder: the agent's errors (one per concern) come out
-// of Status sorted, the same on every call, so that `podwire status` and
-// the agent's Ready message do not reorder from one read to the next.
+// TestStatusErrorsInOrder: the agent's findings and its reconcilers'
+// errors come out of Status sorted, the same on every call, so that
+// `podwire status` and the agent's Ready message do not reorder from one
+// read to the next.
 func TestStatusErrorsInOrder(t *testing.T) {
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	a := New(Config{Node: "n1", StateDir: t.TempDir()}, md, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	for _, what := range []string{"table repair", "chain", "egress annotation", "binary install", "socket"} {
-		a.setErr(what, errors.New(what+" broke"))
+	for _, what := range []string{"node data", "egress", "owner file"} {
+		a.setFinding(what, errors.New(what+" broke"))
+	}
+	for _, name := range []string{recTables, recChain} {
+		r := a.run.byName[name]
+		a.run.finish(r, time.Now(), errors.New(name+" broke"), false)
 	}
 	first := a.Status().Errors
 	if len(first) != 5 || !slices.IsSorted(first) {

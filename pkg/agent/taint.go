@@ -22,7 +22,7 @@ import (
 // start before podwire is in the chain. The DaemonSets a node needs before
 // podwire (its primary, kube-proxy, podwire's own) tolerate it or every
 // taint. The agent removes it, whatever its effect, once Ready, and puts it
-// back with Config.StartupTaintEffect while podwire is out of that chain
+// back with Config.Taint.Effect while podwire is out of that chain
 // (the chain's sync fails, or the runtime reads another file: InUse).
 
 // DefaultStartupTaint is the startup taint's key.
@@ -46,75 +46,72 @@ type taintMemo struct {
 	rv    string
 }
 
-// syncTaint removes the startup taint when the agent is Ready, and puts it
-// back while podwire is out of the runtime's chain. The Node is read again
-// only when its resourceVersion moved since the last decision (the Node
-// informer's), so an idle node costs no request.
-func (a *Agent) syncTaint(ctx context.Context) {
-	if a.cfg.StartupTaint == "" || a.cfg.Nodes == nil {
-		return
-	}
-	a.mu.Lock()
+// reconcileTaint removes the startup taint when the agent is Ready, and puts
+// it back while podwire is out of the runtime's chain. The Node is read
+// again only when its resourceVersion moved since the last decision (the
+// Node informer's), so an idle node costs no request.
+//
+// Triggers: the agent's readiness changed (after any pass), the Node
+// changed (the informer); Timing.RepairInterval as a backstop.
+func (a *Agent) reconcileTaint(ctx context.Context) error {
+	a.st.mu.Lock()
 	ready := a.readyLocked() == nil
-	_, chainErr := a.errs["chain"]
-	_, notInUse := a.errs["chain in use"]
-	memo := a.taint
-	a.mu.Unlock()
+	outOfChain := a.st.outOfChain != ""
+	memo := a.memo.taint
+	a.st.mu.Unlock()
 	rv := ""
-	if m := a.node.meta(); m != nil {
+	if m := a.api.node.meta(); m != nil {
 		rv = m.ResourceVersion
 	}
 	var want taintState
 	switch {
 	case ready:
 		want = taintOff
-	case chainErr || notInUse:
+	case outOfChain:
 		want = taintOn
 	default:
-		return
+		return nil
 	}
 	if memo.state == want && (rv == "" || rv == memo.rv) {
-		return
+		return nil
 	}
 	changed, newRV, err := a.setTaint(ctx, want == taintOn)
-	a.setErr("startup taint", err)
 	if err != nil {
-		return
+		return err
 	}
-	a.mu.Lock()
-	a.taint = taintMemo{state: want, rv: newRV}
-	a.mu.Unlock()
+	a.memo.taint = taintMemo{state: want, rv: newRV}
 	if changed {
 		if want == taintOn {
-			a.log.Warn("startup taint put back: podwire is out of the runtime's chain", "taint", a.cfg.StartupTaint)
+			a.log.Warn("startup taint put back: podwire is out of the runtime's chain", "taint", a.cfg.Taint.Key)
 		} else {
-			a.log.Info("startup taint removed: podwire is in the runtime's chain", "taint", a.cfg.StartupTaint, "nodeUID", a.node.UID())
+			a.log.Info("startup taint removed: podwire is in the runtime's chain", "taint", a.cfg.Taint.Key, "nodeUID", a.api.node.UID())
 		}
 	}
+	return nil
 }
 
 // setTaint makes the Node carry the startup taint (of any effect; added
-// with Config.StartupTaintEffect) or not, by a JSON patch of spec.taints
+// with Config.Taint.Effect) or not, by a JSON patch of spec.taints
 // that tests the resourceVersion it read, so a concurrent change of the
 // taints (the node lifecycle controller's) fails it rather than being
 // lost; the next tick tries again. rv is the Node's resourceVersion after
 // it.
 func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string, err error) {
-	node, err := a.cfg.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
+	node, err := a.cfg.Taint.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
 	if err != nil {
 		return false, "", fmt.Errorf("failed to read Node %s for its startup taint: %w", a.cfg.Node, err)
 	}
-	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == a.cfg.StartupTaint })
+	taints := slices.DeleteFunc(slices.Clone(node.Spec.Taints), func(t corev1.Taint) bool { return t.Key == a.cfg.Taint.Key })
 	has := len(taints) != len(node.Spec.Taints)
 	if has == on {
 		return false, node.ResourceVersion, nil
 	}
 	if on {
-		effect := a.cfg.StartupTaintEffect
+		effect := a.cfg.Taint.Effect
 		if effect == "" {
 			effect = corev1.TaintEffectNoSchedule
 		}
-		taints = append(taints, corev1.Taint{Key: a.cfg.StartupTaint, Effect: effect})
+		taints = append(taints, corev1.Taint{Key: a.cfg.Taint.Key, Effect: effect})
 	}
 	if taints == nil {
 		taints = []corev1.Taint{}
@@ -123,9 +120,9 @@ func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string,
 		{"op": "test", "path": "/metadata/resourceVersion", "value": node.ResourceVersion},
 		{"op": "add", "path": "/spec/taints", "value": taints},
 	})
-	patched, err := a.cfg.Nodes.Nodes().Patch(ctx, a.cfg.Node, types.JSONPatchType, patch, metav1.PatchOptions{})
+	patched, err := a.cfg.Taint.Nodes.Nodes().Patch(ctx, a.cfg.Node, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		return false, "", fmt.Errorf("failed to patch the startup taint %s of Node %s: %w", a.cfg.StartupTaint, a.cfg.Node, err)
+		return false, "", fmt.Errorf("failed to patch the startup taint %s of Node %s: %w", a.cfg.Taint.Key, a.cfg.Node, err)
 	}
 	return true, patched.ResourceVersion, nil
 }

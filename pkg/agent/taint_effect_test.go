@@ -38,7 +38,7 @@ func TestStartupTaintEffect(t *testing.T) {
 				node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: DefaultStartupTaint, Effect: tc.registered})
 			}
 			cs := fake.NewSimpleClientset(node)
-			a := &Agent{cfg: Config{Node: "n1", StartupTaint: DefaultStartupTaint, StartupTaintEffect: tc.configured, Nodes: cs.CoreV1()}}
+			a := &Agent{cfg: Config{Node: "n1", Taint: Taint{Key: DefaultStartupTaint, Effect: tc.configured, Nodes: cs.CoreV1()}}}
 			changed, _, err := a.setTaint(context.Background(), tc.on)
 			if err != nil {
 				t.Fatal(err)

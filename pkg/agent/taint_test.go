@@ -41,17 +41,17 @@ func TestTaintReRegistered(t *testing.T) {
 	cs := fake.NewClientset(first)
 	gets := 0
 	cs.PrependReactor("get", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) { gets++; return false, nil, nil })
-	a := New(Config{Node: "n1", StateDir: t.TempDir(), StartupTaint: key, Nodes: cs.CoreV1()}, md, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a := New(Config{Node: "n1", StateDir: t.TempDir(), Taint: Taint{Key: key, Nodes: cs.CoreV1()}}, md, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.pods.Run(ctx)
-	go a.ns.Run(ctx)
-	go a.node.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), a.pods.Synced, a.ns.Synced, a.node.Synced) {
+	go a.api.pods.Run(ctx)
+	go a.api.ns.Run(ctx)
+	go a.api.node.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), a.api.pods.Synced, a.api.ns.Synced, a.api.node.Synced) {
 		t.Fatal("informers not synced")
 	}
 	// Ready: in the chain, the tables verified.
-	a.status.Conflist, a.tablesVerified = "/etc/cni/net.d/10-x.conflist", true
+	a.st.status.Conflist, a.st.tablesVerified = "/etc/cni/net.d/10-x.conflist", true
 	tainted := func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 		if err != nil {
@@ -68,7 +68,7 @@ func TestTaintReRegistered(t *testing.T) {
 	nodeSeen := func(rv string) {
 		t.Helper()
 		for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if m := a.node.meta(); m != nil && m.ResourceVersion == rv {
+			if m := a.api.node.meta(); m != nil && m.ResourceVersion == rv {
 				return
 			}
 			if time.Now().After(end) {
@@ -76,7 +76,7 @@ func TestTaintReRegistered(t *testing.T) {
 			}
 		}
 	}
-	a.syncTaint(ctx)
+	mustPass(t, a.reconcileTaint(ctx))
 	if tainted() {
 		t.Fatal("the startup taint stays on a Ready node")
 	}
@@ -87,7 +87,7 @@ func TestTaintReRegistered(t *testing.T) {
 	}
 	nodeSeen(patched.ResourceVersion)
 	before := gets
-	a.syncTaint(ctx)
+	mustPass(t, a.reconcileTaint(ctx))
 	if gets != before {
 		t.Errorf("an unchanged Node read %d more times", gets-before)
 	}
@@ -105,7 +105,7 @@ func TestTaintReRegistered(t *testing.T) {
 		}
 	}
 	nodeSeen("20")
-	a.syncTaint(ctx)
+	mustPass(t, a.reconcileTaint(ctx))
 	if tainted() {
 		t.Error("the re-registered Node keeps the startup taint")
 	}
@@ -121,7 +121,7 @@ func TestTaintReRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeSeen("30")
-	a.syncTaint(ctx)
+	mustPass(t, a.reconcileTaint(ctx))
 	if tainted() {
 		t.Error("the startup taint put back by hand stays on a Ready node")
 	}

@@ -129,13 +129,13 @@ func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) 
 // stop runs when the agent's context ends: with cni.uninstall, if the
 // stop is an uninstall (Decide), podwire leaves the node (uninstallNode).
 func (a *Agent) stop() {
-	if a.cfg.Uninstall == nil {
+	if a.cfg.Cluster.Uninstall == nil {
 		a.log.Info("agent stopping: podwire stays on the node (cni.uninstall off)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	uninstall, reason := a.cfg.Uninstall.Decide(ctx)
+	uninstall, reason := a.cfg.Cluster.Uninstall.Decide(ctx)
 	if !uninstall {
 		a.log.Info("agent stopping: podwire stays on the node", "reason", reason)
 		return
@@ -155,9 +155,7 @@ func (a *Agent) stop() {
 // needs podwire's entry, and the binary. Meanwhile the plugin's ADD wires
 // no new pod.
 func (a *Agent) uninstallNode(reason string) error {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
+	conflist := a.conflist()
 	// The entry names the node resources.
 	entry := a.cfg.Chain.Entry
 	if conflist != "" {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/podwire/podwire/pkg/cliapi"
@@ -37,7 +35,7 @@ const unknownGrace = 5 * time.Second
 // interfaces without a record.
 const ReasonUnknownInterfaces = "PodwireUnknownInterfaces"
 
-// unknownSeen is the drift loop's memory of unknown interfaces: when each
+// unknownSeen is the unknown interfaces' memory of unknown interfaces: when each
 // was first seen.
 type unknownSeen map[string]time.Time
 
@@ -50,7 +48,7 @@ func (a *Agent) repairOptions(now time.Time) noderepair.Options {
 		return noderepair.Options{Unknown: true}
 	case UnknownDrop:
 		o := noderepair.Options{Unknown: true, Drop: map[string]bool{}}
-		for name, t := range a.unknown {
+		for name, t := range a.tables.unknown {
 			if now.Sub(t) >= unknownGrace {
 				o.Drop[name] = true
 			}
@@ -65,17 +63,21 @@ func (a *Agent) repairOptions(now time.Time) noderepair.Options {
 // so its own veth makes no repair.
 const unknownSettle = time.Second
 
-// mayBeUnknown reports whether u may change the node's unknown
-// interfaces: a veth added or removed, with unknown interfaces watched.
-func (a *Agent) mayBeUnknown(u netlink.LinkUpdate) bool {
-	if a.cfg.UnknownInterfaces == "" || u.Link == nil || u.Attrs() == nil {
-		return false
+// reconcileUnknown is the look for unknown interfaces: when the node's pod
+// interfaces without a record changed (unknownChanged), the node tables'
+// repair lists them anew, reports them and (drop) checks their sources.
+//
+// Triggers: a veth that came or went (notify.go), settled by
+// unknownSettle; the end of an unknown interface's grace (noteUnknown).
+// No backstop of its own: the node tables' backstop lists them too.
+func (a *Agent) reconcileUnknown(context.Context) error {
+	now := time.Now()
+	if a.unknownChanged(now) {
+		a.run.trigger(recTables, 0)
+	} else if at, ok := a.unknownGraceEnds(); ok {
+		a.run.triggerAt(recUnknown, at)
 	}
-	if u.Header.Type == unix.RTM_DELLINK {
-		_, known := a.unknown[u.Attrs().Name]
-		return known
-	}
-	return u.Type() == "veth"
+	return nil
 }
 
 // unknownChanged is the cheap look before a repair for unknown interfaces:
@@ -83,14 +85,12 @@ func (a *Agent) mayBeUnknown(u netlink.LinkUpdate) bool {
 // repair's (one listing of the records, the links and the routes; nothing
 // changed), or one of them has passed its grace.
 func (a *Agent) unknownChanged(now time.Time) bool {
-	a.mu.Lock()
-	conflist := a.status.Conflist
-	a.mu.Unlock()
+	conflist := a.conflist()
 	if conflist == "" {
 		return false
 	}
-	for name, t := range a.unknown {
-		if now.Sub(t) >= unknownGrace && !a.reported[name] {
+	for name, t := range a.tables.unknown {
+		if now.Sub(t) >= unknownGrace && !a.tables.reported[name] {
 			return true // due to be reported and (drop) checked
 		}
 	}
@@ -102,11 +102,11 @@ func (a *Agent) unknownChanged(now time.Time) bool {
 	if err != nil {
 		return true
 	}
-	if len(found) != len(a.unknown) {
+	if len(found) != len(a.tables.unknown) {
 		return true
 	}
 	for _, u := range found {
-		if _, ok := a.unknown[u.Name]; !ok {
+		if _, ok := a.tables.unknown[u.Name]; !ok {
 			return true
 		}
 	}
@@ -122,7 +122,7 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 	seen := unknownSeen{}
 	var fresh, lines []string
 	for _, u := range found {
-		t, ok := a.unknown[u.Name]
+		t, ok := a.tables.unknown[u.Name]
 		if !ok {
 			t = now
 		}
@@ -130,22 +130,25 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 		if now.Sub(t) < unknownGrace {
 			continue // maybe an ADD under way
 		}
-		if !a.reported[u.Name] {
+		if !a.tables.reported[u.Name] {
 			fresh = append(fresh, describeUnknown(u))
 		}
 		lines = append(lines, describeUnknown(u))
 	}
-	a.unknown = seen
-	a.reported = map[string]bool{}
+	a.tables.unknown = seen
+	a.tables.reported = map[string]bool{}
 	for _, u := range found {
 		if now.Sub(seen[u.Name]) >= unknownGrace {
-			a.reported[u.Name] = true
+			a.tables.reported[u.Name] = true
 		}
 	}
 	a.m.unknown.Set(float64(len(lines)))
-	a.mu.Lock()
-	a.status.Unknown = lines
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	a.st.status.Unknown = lines
+	a.st.mu.Unlock()
+	if at, ok := a.unknownGraceEnds(); ok {
+		a.run.triggerAt(recUnknown, at)
+	}
 	if len(fresh) == 0 {
 		return
 	}
@@ -154,7 +157,7 @@ func (a *Agent) noteUnknown(ctx context.Context, found []cliapi.UnknownInterface
 		msg += "; their sources are checked (unknownInterfaces=drop)"
 	}
 	a.log.Warn(msg)
-	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonUnknownInterfaces, msg)
+	a.ev.onNode(a.api.node.UID(), corev1.EventTypeNormal, ReasonUnknownInterfaces, msg)
 }
 
 // describeUnknown is one line of the status: the interface, where it is,
@@ -179,8 +182,8 @@ func describeUnknown(u cliapi.UnknownInterface) string {
 // unknownGraceEnds is when the first unknown interface not yet reported
 // passes its grace; ok false when there is none.
 func (a *Agent) unknownGraceEnds() (at time.Time, ok bool) {
-	for name, t := range a.unknown {
-		if a.reported[name] {
+	for name, t := range a.tables.unknown {
+		if a.tables.reported[name] {
 			continue
 		}
 		if end := t.Add(unknownGrace); !ok || end.Before(at) {

@@ -24,68 +24,50 @@ const ReasonVLANRepaired = "PodwireVLANRepaired"
 // removed one range at a time) makes one repair.
 const vlanSettle = 100 * time.Millisecond
 
-// subscribeLinks opens the kernel's link notifications (RTNLGRP_LINK,
-// which also carries a bridge port's VLAN changes, family AF_BRIDGE) in the
-// calling thread's netns, the node's. nil when it cannot: the backstop
-// still repairs, within RepairInterval.
-func (a *Agent) subscribeLinks(ctx context.Context) <-chan netlink.LinkUpdate {
-	ch := make(chan netlink.LinkUpdate, 64)
-	err := netlink.LinkSubscribeWithOptions(ch, ctx.Done(), netlink.LinkSubscribeOptions{ // no dump
-		ErrorCallback: func(err error) {
-			if ctx.Err() == nil { // not the socket's close at the stop
-				a.log.Warn("link notifications", "error", err)
-			}
-		},
-	})
-	if err != nil {
-		a.log.Warn("no link notifications: VLAN drift is repaired at the drift tick only", "error", err)
-		return nil
-	}
-	return ch
-}
-
-// repairVLANs repairs the VLAN wiring alone (noderepair.VLANs, under the
+// reconcileVLANs repairs the VLAN wiring alone (noderepair.VLANs, under the
 // node lock), in the agent's process, after a change to one of its links:
 // a look at each VLAN attachment's bridge port and uplink, which changes
 // nothing when nothing drifted. A VLAN pod's own ADD or DEL changes those
 // links (a port comes or goes, the uplink gains or loses a VLAN) and costs
 // this look, not a repair of the whole node: the tables are not concerned.
-func (a *Agent) repairVLANs(ctx context.Context) {
+//
+// Triggers: a change to one of those links (notify.go), settled by
+// vlanSettle; a failed look of the node tables' repair. No backstop of its
+// own: the node tables' repair looks at the VLAN wiring too.
+func (a *Agent) reconcileVLANs(ctx context.Context) error {
 	res := &cliapi.RepairResult{}
 	var err error
 	if res.VLANRepaired, res.VLANLinks, err = noderepair.VLANs(state.New(a.cfg.StateDir)); err != nil {
 		res.VLANErrors = []string{err.Error()}
 	}
-	a.noteVLAN(ctx, res)
+	return a.noteVLAN(ctx, res)
 }
 
 // watchesLink reports whether u concerns a link of the VLAN wiring the last
 // repair named.
 func (a *Agent) watchesLink(u netlink.LinkUpdate) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.vlanLinks[u.Attrs().Name]
+	a.st.mu.Lock()
+	defer a.st.mu.Unlock()
+	return u.Attrs() != nil && a.tables.vlanLinks[u.Attrs().Name]
 }
 
-// noteVLAN keeps the repair's VLAN links, records its VLAN repairs as a
-// Node Event and its failures as the agent's error "vlan repair".
-func (a *Agent) noteVLAN(ctx context.Context, res *cliapi.RepairResult) {
+// noteVLAN keeps the repair's VLAN links and records its VLAN repairs as a
+// Node Event; its failures are the error returned.
+func (a *Agent) noteVLAN(_ context.Context, res *cliapi.RepairResult) error {
 	links := map[string]bool{}
 	for _, l := range res.VLANLinks {
 		links[l] = true
 	}
-	a.mu.Lock()
-	a.vlanLinks = links
-	a.mu.Unlock()
+	a.st.mu.Lock()
+	a.tables.vlanLinks = links
+	a.st.mu.Unlock()
+	if len(res.VLANRepaired) > 0 {
+		msg := "the VLAN wiring of pods had drifted and was repaired: " + strings.Join(res.VLANRepaired, "; ")
+		a.log.Warn(msg)
+		a.ev.onNode(a.api.node.UID(), corev1.EventTypeNormal, ReasonVLANRepaired, msg)
+	}
 	if len(res.VLANErrors) > 0 {
-		a.setErr("vlan repair", fmt.Errorf("%s", strings.Join(res.VLANErrors, "; ")))
-	} else {
-		a.setErr("vlan repair", nil)
+		return fmt.Errorf("%s", strings.Join(res.VLANErrors, "; "))
 	}
-	if len(res.VLANRepaired) == 0 {
-		return
-	}
-	msg := "the VLAN wiring of pods had drifted and was repaired: " + strings.Join(res.VLANRepaired, "; ")
-	a.log.Warn(msg)
-	a.ev.onNode(a.node.UID(), corev1.EventTypeNormal, ReasonVLANRepaired, msg)
+	return nil
 }

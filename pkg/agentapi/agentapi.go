@@ -228,6 +228,29 @@ type Status struct {
 	// and namespace labels no longer admit, one line each naming the pod,
 	// the record and the gate; they keep running as wired.
 	Revoked []string `json:"revoked,omitempty"`
+	// Reconcilers is each of the agent's reconcilers' state, in the order
+	// the agent runs them at its start.
+	Reconcilers []ReconcilerStatus `json:"reconcilers,omitempty"`
+}
+
+// ReconcilerStatus is one reconciler's state: its passes, the last one's
+// outcome and when it is due next.
+type ReconcilerStatus struct {
+	Name string `json:"name"`
+	// Runs counts its passes, Failures those that failed.
+	Runs     int `json:"runs"`
+	Failures int `json:"failures"`
+	// LastRun is the end of its last pass, LastSuccess of its last good
+	// one; Took is the last pass's duration (nanoseconds in JSON).
+	LastRun     time.Time     `json:"lastRun,omitzero"`
+	LastSuccess time.Time     `json:"lastSuccess,omitzero"`
+	Took        time.Duration `json:"took"`
+	// LastError is the last pass's error ("" when it succeeded), failing
+	// since ErrorSince.
+	LastError  string    `json:"lastError,omitempty"`
+	ErrorSince time.Time `json:"errorSince,omitzero"`
+	// Due is when its next pass is due (zero: when triggered).
+	Due time.Time `json:"due,omitzero"`
 }
 
 // Call sends req to the agent at socket, with this build's Header, and

@@ -167,6 +167,12 @@ func (s *Store) Delete(containerID, ifName string) error {
 	return nil
 }
 
+// IsRecordName reports whether name (a file name in stateDir) is a
+// record's, which the agent's watch of stateDir follows.
+func IsRecordName(name string) bool {
+	return strings.HasSuffix(name, suffix) && !strings.HasPrefix(name, ".")
+}
+
 // List returns every record, in the order of their file names. A missing
 // directory is an empty list. Corrupt records are returned as errors
 // alongside the good ones (errors.Join), so that GC and the node tables
@@ -190,7 +196,7 @@ func (s *Store) List() ([]*Record, error) {
 	}
 	names := all[:0]
 	for _, name := range all {
-		if strings.HasSuffix(name, suffix) && !strings.HasPrefix(name, ".") {
+		if IsRecordName(name) {
 			names = append(names, name)
 		}
 	}

@@ -281,6 +281,7 @@ func (st *nodeStatus) print(w io.Writer) {
 		for _, r := range a.Revoked {
 			fmt.Fprintf(w, "  REVOKED gate, still wired: %s\n", r)
 		}
+		printReconcilers(w, a.Reconcilers, time.Now())
 	} else {
 		fmt.Fprintln(w, "agent:     none answering (no DaemonSet on this node)")
 	}
@@ -409,4 +410,27 @@ func primaryWarning(typ string) string {
 		return ""
 	}
 	return "primary is Cilium: with BPF host routing its programs send pod traffic past netfilter, where podwire's source check never sees it; Cilium's own source-IP verification (enable-source-ip-verification, on by default) checks those pods"
+}
+
+// printReconcilers prints one line per agent reconciler: its passes, how
+// long ago the last ended and succeeded, and its error.
+func printReconcilers(w io.Writer, rs []agentapi.ReconcilerStatus, now time.Time) {
+	if len(rs) == 0 {
+		return
+	}
+	ago := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return now.Sub(t).Round(time.Second).String() + " ago"
+	}
+	fmt.Fprintln(w, "  reconcilers:")
+	for _, r := range rs {
+		line := fmt.Sprintf("    %-18s %d passes, %d failed; last %s (took %s), last success %s",
+			r.Name, r.Runs, r.Failures, ago(r.LastRun), r.Took.Round(time.Microsecond), ago(r.LastSuccess))
+		if r.LastError != "" {
+			line += fmt.Sprintf("; FAILING since %s: %s", ago(r.ErrorSince), r.LastError)
+		}
+		fmt.Fprintln(w, line)
+	}
 }
