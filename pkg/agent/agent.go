@@ -382,6 +382,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) followAPI() {
 	onChange(a.api.node.informer, func() {
 		a.run.trigger(recEgress, 0)
+		a.run.trigger(recRoutes, 0) // a hand-set podwire.io/routes is put back
 		a.run.trigger(recTaint, 0)
 	})
 	onChange(a.api.pods.informer, func() { a.run.trigger(recCollect, recordSettle) })

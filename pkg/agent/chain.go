@@ -117,7 +117,7 @@ func (c *Chain) Sync() (*SyncResult, error) {
 	res := &SyncResult{}
 	var err error
 	if c.BinDir != "" && c.Plugin != "" {
-		// A byte-wise compare of two binaries of a few MiB at every tick
+		// A byte-wise compare of two binaries of a few MiB at every pass
 		// would be most of an idle agent's CPU: it runs only when either
 		// file changed.
 		dst := filepath.Join(c.BinDir, install.PluginType)

@@ -29,7 +29,7 @@ const eventInterval = 60
 // by object alone, lets one Event per cause through per eventInterval and
 // drops the rest: an owner that flushes the ruleset in a loop, or a tenant
 // that creates refused pods in one, cannot make the agent flood the API
-// server. Recording is asynchronous and never blocks the drift loop or the
+// server. Recording is asynchronous and never blocks a reconciler or the
 // socket's answer; the repairs themselves are counted in /metrics and the
 // agent's status, not by Events.
 //

@@ -25,11 +25,11 @@ import (
 // The agent's metrics (docs/operations.md, "Metrics"), served on /metrics of
 // Config.MetricsAddr. Events of the agent (repairs, restores, socket
 // requests) are counters it bumps; what is on the node (records, drop
-// counters) is read once per drift tick into a nodeSnapshot, on the
-// agent's own goroutine: that goroutine is in the node's netns (the
-// DaemonSet's hostNetwork, or the test's node netns), where an HTTP
-// handler's goroutine may not be. A scrape therefore costs no I/O, and
-// reads values at most one Interval old.
+// counters) is read when a scrape asks into a nodeSnapshot, by the
+// metrics reconciler on the runner's goroutine: that goroutine is in the
+// node's netns (the DaemonSet's hostNetwork, or the test's node netns),
+// where an HTTP handler's goroutine may not be. An unscraped agent reads
+// nothing.
 //
 // Label cardinality is bounded: op, kind, mode and reason by the code's
 // constants (a value another build sends that this one does not know is
@@ -51,7 +51,7 @@ type metrics struct {
 	node nodeSnapshot
 }
 
-// nodeSnapshot is what the drift tick read of the node.
+// nodeSnapshot is what the metrics reconciler last read of the node.
 type nodeSnapshot struct {
 	read                       bool
 	wired, checked, forwarding int
@@ -96,7 +96,7 @@ var (
 		"Bytes of the packets counted by podwire_pod_dropped_packets_total.",
 		[]string{"namespace", "pod", "interface"}, nil)
 	descReadErrors = prometheus.NewDesc("podwire_node_read_errors",
-		"1 when the last drift tick failed to read that source (records or nftables counters), else 0.",
+		"1 when the last read for a scrape failed to read that source (records or nftables counters), else 0.",
 		[]string{"source"}, nil)
 )
 
@@ -127,7 +127,7 @@ func newMetrics(version string) *metrics {
 			"reason"),
 		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podwire_unknown_interfaces",
-			Help: "The node's pod interfaces without a podwire record at the last drift tick: pods wired while podwire was out of the runtime's chain (unknownInterfaces report or drop).",
+			Help: "The node's pod interfaces without a podwire record at the last repair: pods wired while podwire was out of the runtime's chain (unknownInterfaces report or drop).",
 		}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{

@@ -67,7 +67,7 @@ podwire_pods_wired 3
 		t.Errorf("%d drop series after the pod went and the counters could not be read, want 0", n)
 	}
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(`
-# HELP podwire_node_read_errors 1 when the last drift tick failed to read that source (records or nftables counters), else 0.
+# HELP podwire_node_read_errors 1 when the last read for a scrape failed to read that source (records or nftables counters), else 0.
 # TYPE podwire_node_read_errors gauge
 podwire_node_read_errors{source="nftables"} 1
 podwire_node_read_errors{source="records"} 0

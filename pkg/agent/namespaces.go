@@ -30,7 +30,7 @@ type Namespaces struct {
 	client   metadata.Interface
 	informer cache.SharedIndexInformer
 	// gen counts the cache's changes of labels, bumped by the informer's
-	// handlers (noteRevoked looks again only then).
+	// handlers (reconcileGates looks again only then).
 	gen atomic.Uint64
 }
 

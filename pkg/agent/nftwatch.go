@@ -59,8 +59,8 @@ type tableWatch struct {
 	ended bool
 }
 
-// maxPending bounds the generations kept between two reads of the loop;
-// past it the watch reports a loss, which the loop answers with a repair.
+// maxPending bounds the generations kept between two reads of the
+// reconciler; past it the watch reports a loss, answered with a repair.
 const maxPending = 1024
 
 // watchTables subscribes to nftables' notifications in the calling
@@ -191,7 +191,7 @@ func (w ownWindow) contains(gen uint32) bool {
 }
 
 // ownGens remembers the windows of the last repairs: the notifications of
-// a repair's commits are read by the loop after the repair returns, maybe
+// a repair's commits are read by the runner after the repair returns, maybe
 // after the next one.
 type ownGens struct {
 	comm    string

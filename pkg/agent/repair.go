@@ -24,7 +24,7 @@ import (
 // own verify and apply (nft.Ensure with every step's tables and every
 // record's elements, under the node lock) plus the unknown interfaces and
 // the VLAN wiring. It runs in the agent's process, in the node's netns
-// (the loop's thread), and the generations it commits are remembered as
+// (the runner's thread), and the generations it commits are remembered as
 // the agent's own (nftwatch.go).
 //
 // The repair must write what the next ADD verifies, which is the installed

@@ -68,7 +68,7 @@ func recordAnnotations(r *state.Record) *podmeta.Annotations {
 	return a
 }
 
-// revokedSync is noteRevoked's memory (the drift loop's goroutine only):
+// revokedSync is reconcileGates' memory (the runner's goroutine only):
 // what the last check read, and the records it reported.
 type revokedSync struct {
 	dirTime, confTime time.Time

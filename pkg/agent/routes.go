@@ -87,7 +87,7 @@ func comparePrefix(a, b netip.Prefix) int {
 	return a.Bits() - b.Bits()
 }
 
-// routeSync is what syncRoutes last read and applied, so that a tick with
+// routeSync is what reconcileRoutes last read and applied, so that a pass with
 // nothing changed reads no record and dumps no route table.
 type routeSync struct {
 	// dirTime is stateDir's mtime when the records were last read, at

@@ -94,7 +94,7 @@ func (a *Agent) reconcileTaint(ctx context.Context) error {
 // with Config.Taint.Effect) or not, by a JSON patch of spec.taints
 // that tests the resourceVersion it read, so a concurrent change of the
 // taints (the node lifecycle controller's) fails it rather than being
-// lost; the next tick tries again. rv is the Node's resourceVersion after
+// lost; the runner retries the pass. rv is the Node's resourceVersion after
 // it.
 func (a *Agent) setTaint(ctx context.Context, on bool) (changed bool, rv string, err error) {
 	node, err := a.cfg.Taint.Nodes.Nodes().Get(ctx, a.cfg.Node, metav1.GetOptions{})
