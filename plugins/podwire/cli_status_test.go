@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
@@ -160,5 +161,32 @@ func TestStatusPrintsRevoked(t *testing.T) {
 	st.print(&b)
 	if !strings.Contains(b.String(), "REVOKED gate, still wired: "+line) {
 		t.Errorf("podwire status printed:\n%s\nwant the revoked attachment named", b.String())
+	}
+}
+
+// TestStatusPrintsReconcilers: `podwire status` prints one line per agent
+// reconciler, and a failing one's error with how long it has failed.
+func TestStatusPrintsReconcilers(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	rs := []agentapi.ReconcilerStatus{
+		{Name: "chain", Runs: 40, LastRun: now.Add(-2 * time.Second), LastSuccess: now.Add(-2 * time.Second), Took: 800 * time.Microsecond},
+		{Name: "node tables", Runs: 7, Failures: 3, LastRun: now.Add(-time.Second), LastSuccess: now.Add(-time.Minute),
+			LastError: "netlink receive: operation not permitted", ErrorSince: now.Add(-10 * time.Second)},
+		{Name: "metrics"},
+	}
+	var b strings.Builder
+	printReconcilers(&b, rs, now)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("printed:\n%s\nwant a heading and one line per reconciler", b.String())
+	}
+	for i, want := range []string{
+		"chain              40 passes, 0 failed; last 2s ago (took 800µs), last success 2s ago",
+		"node tables        7 passes, 3 failed; last 1s ago (took 0s), last success 1m0s ago; FAILING since 10s ago: netlink receive: operation not permitted",
+		"metrics            0 passes, 0 failed; last never (took 0s), last success never",
+	} {
+		if got := strings.TrimSpace(lines[i+1]); got != want {
+			t.Errorf("line %d: %q, want %q", i+1, got, want)
+		}
 	}
 }
