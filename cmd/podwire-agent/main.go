@@ -50,7 +50,7 @@ func run(logp **slog.Logger) error {
 	plugin := flag.String("plugin", "/podwire", "the podwire plugin binary to install")
 	entry := flag.String("config", os.Getenv("PODWIRE_CONFIG"), "podwire's conflist entry as JSON (empty: keep the existing one or the default)")
 	mode := flag.String("mode", agent.ModeAuto, "how to keep podwire in the chain: auto (per primary), edit, derive")
-	interval := flag.Duration("interval", 3*time.Second, "backstop period of the chain's reconciler; a write in the CNI conf dir is answered at once")
+	interval := flag.Duration("interval", 10*time.Second, "backstop period of the chain's reconciler; a write in the CNI conf dir is answered at once")
 	repairInterval := flag.Duration("repair-interval", time.Minute, "backstop period of the node tables' repair and of the reconcilers that follow the kernel and the API; another owner's change to podwire's tables or VLAN wiring is repaired at once, from the kernel's notifications")
 	health := flag.String("health-addr", "127.0.0.1:9765", "address of /healthz and /readyz (empty: none)")
 	metricsAddr := flag.String("metrics-bind-address", "", "address of Prometheus /metrics, e.g. :9178 (empty: none)")

@@ -39,6 +39,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -84,8 +85,9 @@ type Serve struct {
 // Timing is the reconcilers' backstops: each runs when what it follows
 // changes, and at these periods in case a notification was lost.
 type Timing struct {
-	// Interval is the backstop of the chain's reconciler (default 3 s):
-	// the conf dir is watched, but whether the runtime reads podwire's
+	// Interval is the backstop of the chain's reconciler (default 10 s):
+	// the conf dir is watched (a lost event, an overflow of the watch's
+	// queue, triggers it too), but whether the runtime reads podwire's
 	// conflist (Chain.InUse) also depends on files outside it.
 	Interval time.Duration
 	// RepairInterval is the backstop of the node tables' repair and of
@@ -201,6 +203,13 @@ type tableMemo struct {
 	// kernel is the subscriptions to the kernel's notifications
 	// (notify.go).
 	kernel kernelWatch
+	// stale: a trigger since the last repair said the tables may differ
+	// from what they should be (repairDue); clear, the backstop's pass
+	// verifies only when nftables' generation moved since verifiedGen,
+	// the generation after the last repair (genKnown: there was one).
+	stale       atomic.Bool
+	verifiedGen uint32
+	genKnown    bool
 }
 
 // passMemo is what the API-facing reconcilers last did, so that a pass with
@@ -219,7 +228,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		cfg.Serve.Socket = filepath.Join(cfg.StateDir, config.AgentSocketName)
 	}
 	if cfg.Timing.Interval == 0 {
-		cfg.Timing.Interval = 3 * time.Second
+		cfg.Timing.Interval = 10 * time.Second
 	}
 	if cfg.Timing.RepairInterval == 0 {
 		cfg.Timing.RepairInterval = 60 * time.Second
@@ -434,9 +443,18 @@ func (a *Agent) followFiles(ctx context.Context) error {
 					}
 				case state.IsRecordName(filepath.Base(ev.Name)):
 					a.recordsChanged()
+				case filepath.Base(ev.Name) == OwnerName:
+					// Maybe a new agent's claim: the runner's next
+					// pass finds it (superseded) and stops changing
+					// the node.
+					a.run.trigger(recChain, 0)
 				}
 			case err := <-watch.Errors:
+				// An overflow of the watch's queue loses events: look
+				// at what they may have changed.
 				a.log.Warn("conf dir or state dir watch", "error", err)
+				a.run.trigger(recChain, 0)
+				a.recordsChanged()
 			}
 		}
 	}()

@@ -267,7 +267,7 @@ func (a *Agent) reconcileChain(context.Context) error {
 		a.log.Info("plugin binary installed", "binDir", a.cfg.Chain.BinDir)
 	}
 	if res.ConflistChanged || moved {
-		a.run.trigger(recTables, 0)
+		a.repairDue(0)
 		a.run.trigger(recGates, 0)
 	}
 	switch {

@@ -96,7 +96,7 @@ func (a *Agent) reconcileEgress(context.Context) error {
 	a.st.mu.Unlock()
 	clusterChanged, clusterErr := a.writeCluster()
 	if changed || clusterChanged {
-		a.run.trigger(recTables, 0)
+		a.repairDue(0)
 	}
 	return errors.Join(err, clusterErr)
 }

@@ -22,7 +22,7 @@ const envSettle = 200 * time.Millisecond
 // settled by envSettle. No backstop: the tables' own backstop repairs.
 func (a *Agent) reconcileEnv(context.Context) error {
 	if k, ok := a.envKey(); ok && k != a.tables.env {
-		a.run.trigger(recTables, 0)
+		a.repairDue(0)
 	}
 	return nil
 }

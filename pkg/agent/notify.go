@@ -78,10 +78,10 @@ func (a *Agent) reconcileNotify(ctx context.Context) error {
 	k.started = true
 	switch {
 	case resubscribed:
-		a.run.trigger(recTables, 0)
+		a.repairDue(0)
 		a.run.trigger(recVLAN, vlanSettle)
 	case changed:
-		a.run.trigger(recTables, tableSettle)
+		a.repairDue(tableSettle)
 	}
 	return errors.Join(errs...)
 }

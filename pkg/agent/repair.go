@@ -34,6 +34,7 @@ import (
 // as a process, so that the agent and the runtime's ADDs do not rebuild
 // each other's tables.
 func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time) (*cliapi.RepairResult, error) {
+	a.tables.genKnown = false
 	if !a.cfg.Chain.binaryCurrent() {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -48,9 +49,33 @@ func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time
 	if genErr == nil {
 		if to, err := nft.Generation(); err == nil {
 			a.tables.own.add(ownWindow{from: from, to: to})
+			a.tables.verifiedGen, a.tables.genKnown = to, true
 		}
 	}
 	return res, err
+}
+
+// repairDue triggers the node tables' repair within after, as one that
+// must verify: what the tables should be may have changed, or another
+// owner changed them.
+func (a *Agent) repairDue(after time.Duration) {
+	a.tables.stale.Store(true)
+	a.run.trigger(recTables, after)
+}
+
+// unchangedSinceRepair reports whether no commit at all reached nftables
+// since the last repair: nftables' generation is the kernel's own count of
+// commits, so an equal generation means no table changed (the check ADD's
+// fast path makes, pkg/nft/intact.go). A backstop pass with nothing
+// triggered since then has nothing to verify in the tables; the VLAN
+// wiring, the unknown interfaces and the node's addresses have
+// notifications of their own, whose loss resubscribes and repairs.
+func (a *Agent) unchangedSinceRepair() bool {
+	if !a.tables.genKnown {
+		return false
+	}
+	g, err := nft.Generation()
+	return err == nil && g == a.tables.verifiedGen
 }
 
 // reconcileTables verifies podwire's tables and repairs drift
@@ -61,12 +86,16 @@ func (a *Agent) repairTables(ctx context.Context, conflist string, now time.Time
 // Triggers: another owner's change to a podwire table (notify.go, after
 // tableSettle); a change of what the tables should be (the chain, the
 // egress annotation, the cluster's CIDRs, the node's addresses, unknown
-// interfaces); Timing.RepairInterval as a backstop. A failure is retried
-// with the runner's backoff.
+// interfaces); Timing.RepairInterval as a backstop, which verifies only
+// when nftables' generation moved (unchangedSinceRepair). A failure is
+// retried with the runner's backoff.
 func (a *Agent) reconcileTables(ctx context.Context) error {
 	conflist := a.conflist()
 	if conflist == "" {
 		return nil // not in the chain yet: nothing says what the tables are
+	}
+	if !a.tables.stale.Swap(false) && a.unchangedSinceRepair() {
+		return nil
 	}
 	// What the tables should be, read before the repair reads it: a
 	// change after this read is seen again by the next look.
@@ -76,6 +105,7 @@ func (a *Agent) reconcileTables(ctx context.Context) error {
 	now := time.Now()
 	res, err := a.repairTables(ctx, conflist, now)
 	if err != nil {
+		a.tables.stale.Store(true) // the retry verifies
 		return err
 	}
 	a.noteUnknown(ctx, res.Unknown, now)

@@ -73,7 +73,7 @@ const unknownSettle = time.Second
 func (a *Agent) reconcileUnknown(context.Context) error {
 	now := time.Now()
 	if a.unknownChanged(now) {
-		a.run.trigger(recTables, 0)
+		a.repairDue(0)
 	} else if at, ok := a.unknownGraceEnds(); ok {
 		a.run.triggerAt(recUnknown, at)
 	}
