@@ -286,18 +286,18 @@ func (a *Agent) addReconcilers() {
 	every := a.cfg.Timing.RepairInterval
 	a.run.add(&reconciler{name: recNotify, do: a.reconcileNotify})
 	a.run.add(&reconciler{name: recChain, do: a.reconcileChain, every: a.cfg.Timing.Interval})
-	a.run.add(&reconciler{name: recEgress, do: a.reconcileEgress, every: every})
+	a.run.add(&reconciler{name: recEgress, do: a.reconcileEgress, every: every, minGap: floodGap})
 	a.run.add(&reconciler{name: recTables, do: a.reconcileTables, every: every})
 	a.run.add(&reconciler{name: recEnv, do: a.reconcileEnv})
 	a.run.add(&reconciler{name: recVLAN, do: a.reconcileVLANs})
 	if a.cfg.UnknownInterfaces != "" {
 		a.run.add(&reconciler{name: recUnknown, do: a.reconcileUnknown})
 	}
-	a.run.add(&reconciler{name: recRoutes, do: a.reconcileRoutes, every: resyncEvery})
-	a.run.add(&reconciler{name: recGates, do: a.reconcileGates, every: resyncEvery})
-	a.run.add(&reconciler{name: recCollect, do: a.reconcileCollect, every: every})
+	a.run.add(&reconciler{name: recRoutes, do: a.reconcileRoutes, every: resyncEvery, minGap: floodGap})
+	a.run.add(&reconciler{name: recGates, do: a.reconcileGates, every: resyncEvery, minGap: time.Second})
+	a.run.add(&reconciler{name: recCollect, do: a.reconcileCollect, every: every, minGap: time.Second})
 	if a.cfg.Taint.Key != "" && a.cfg.Taint.Nodes != nil {
-		a.run.add(&reconciler{name: recTaint, do: a.reconcileTaint, every: every})
+		a.run.add(&reconciler{name: recTaint, do: a.reconcileTaint, every: every, minGap: time.Second})
 	}
 	if a.cfg.Serve.MetricsAddr != "" {
 		a.run.add(&reconciler{name: recMetrics, do: a.reconcileMetrics})
@@ -307,6 +307,12 @@ func (a *Agent) addReconcilers() {
 		a.claims.add(&reconciler{name: recClaims, do: a.reconcileClaims, every: claimSyncEvery})
 	}
 }
+
+// floodGap is the least time between two passes of the reconcilers that
+// follow every Node (egress, routes): another node's kubelet may rewrite
+// its Node's annotation in a loop, and each pass reads every Node's data.
+// A change after a quiet spell is applied at once.
+const floodGap = 3 * time.Second
 
 // recordsChanged triggers the reconcilers that follow the node's records
 // (an ADD or a DEL wrote or removed one), settled: a burst of ADDs makes

@@ -26,6 +26,13 @@ type reconciler struct {
 	// every is the backstop's period after a pass (0: none, the pass runs
 	// only when triggered).
 	every time.Duration
+	// minGap bounds how often triggers run it: a trigger within minGap of
+	// the last pass's end waits for minGap to pass, as kube-proxy's
+	// BoundedFrequencyRunner's minInterval does. For the reconcilers that
+	// follow what others write (a Node's annotation rewritten in a loop),
+	// so that a flood costs a pass per minGap, not a pass per write.
+	minGap  time.Duration
+	lastEnd time.Time
 
 	// Under the runner's lock:
 	due     time.Time // zero: not due
@@ -79,6 +86,9 @@ func (rn *runner) trigger(name string, after time.Duration) {
 	r := rn.byName[name]
 	if r != nil {
 		at := time.Now().Add(after)
+		if r.minGap > 0 && !r.lastEnd.IsZero() {
+			at = maxTime(at, r.lastEnd.Add(r.minGap))
+		}
 		if r.due.IsZero() || at.Before(r.due) {
 			r.due = at
 		}
@@ -170,6 +180,7 @@ func (rn *runner) finish(r *reconciler, start time.Time, err error, skipped bool
 	rn.mu.Lock()
 	defer rn.mu.Unlock()
 	rn.running = nil
+	r.lastEnd = now
 	if skipped {
 		r.due = time.Time{}
 	}

@@ -233,3 +233,33 @@ func TestRunnerStuck(t *testing.T) {
 		t.Errorf("stuck(1h) = %q", name)
 	}
 }
+
+// TestRunnerMinGap: a reconciler with a minGap runs at once on a trigger
+// after a quiet spell, and at most once per minGap under a flood of
+// triggers (a Node's annotation rewritten in a loop).
+func TestRunnerMinGap(t *testing.T) {
+	var l passLog
+	rn := newRunner()
+	rn.add(&reconciler{name: "nodes", do: l.do("nodes", nil), minGap: 100 * time.Millisecond})
+	startRunner(t, rn, nil)
+	waitFor(t, "the first pass", func() bool { return l.count("nodes") == 1 })
+	time.Sleep(150 * time.Millisecond)
+	before := time.Now()
+	rn.trigger("nodes", 0)
+	waitFor(t, "the pass after a quiet spell", func() bool { return l.count("nodes") == 2 })
+	if took := time.Since(before); took > 50*time.Millisecond {
+		t.Errorf("a trigger after a quiet spell ran after %v", took)
+	}
+	for end := time.Now().Add(450 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		rn.trigger("nodes", 0)
+	}
+	if n := l.count("nodes") - 2; n < 3 || n > 5 {
+		t.Errorf("%d passes under 450 ms of triggers with a 100 ms gap, want 4 or so", n)
+	}
+	ts := l.times("nodes")
+	for i := 2; i < len(ts); i++ {
+		if gap := ts[i].Sub(ts[i-1]); gap < 95*time.Millisecond {
+			t.Errorf("pass %d only %v after the one before", i, gap)
+		}
+	}
+}
