@@ -105,13 +105,6 @@ func (rn *runner) trigger(name string, after time.Duration) {
 // triggerAt is trigger with a time.
 func (rn *runner) triggerAt(name string, at time.Time) { rn.trigger(name, time.Until(at)) }
 
-// has reports whether a reconciler of that name is registered.
-func (rn *runner) has(name string) bool {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	return rn.byName[name] != nil
-}
-
 // run runs the reconcilers as they fall due until ctx ends. skip, asked
 // before each pass, holds every pass back while it is true (an agent
 // superseded by another on the node changes nothing).
@@ -262,17 +255,6 @@ func (rn *runner) statuses() []agentapi.ReconcilerStatus {
 		}
 	}
 	return out
-}
-
-// lastError is reconciler name's error from its last pass ("" when it
-// succeeded, has not run or is not registered).
-func (rn *runner) lastError(name string) string {
-	rn.mu.Lock()
-	defer rn.mu.Unlock()
-	if r := rn.byName[name]; r != nil {
-		return r.status.LastError
-	}
-	return ""
 }
 
 // stuck reports the reconciler whose pass has run for longer than limit
