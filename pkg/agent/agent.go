@@ -262,21 +262,24 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 // Names of the agent's reconcilers, as `podwire status` and /readyz show
 // them.
 const (
-	recNotify    = "kernel notifications"
-	recChain     = "chain"
-	recEgress    = "egress"
-	recTables    = "node tables"
-	recEnv       = "node addresses"
-	recVLAN      = "vlan wiring"
-	recUnknown   = "unknown interfaces"
-	recRoutes    = "routes"
-	recGates     = "gate check"
-	recCollect   = "stale attachments"
-	recTaint     = "startup taint"
-	recMetrics   = "metrics"
-	recClaims    = "cluster claims"
-	recordSettle = 500 * time.Millisecond
+	recNotify  = "kernel notifications"
+	recChain   = "chain"
+	recEgress  = "egress"
+	recTables  = "node tables"
+	recEnv     = "node addresses"
+	recVLAN    = "vlan wiring"
+	recUnknown = "unknown interfaces"
+	recRoutes  = "routes"
+	recGates   = "gate check"
+	recCollect = "stale attachments"
+	recTaint   = "startup taint"
+	recMetrics = "metrics"
+	recClaims  = "cluster claims"
 )
+
+// recordSettle is how long the reconcilers that follow the records wait
+// after a record is written or removed: a burst of ADDs makes one pass.
+const recordSettle = 500 * time.Millisecond
 
 // addReconcilers registers the reconcilers the config asks for, in the order
 // of the agent's start: the chain before the tables it decides, the tables
