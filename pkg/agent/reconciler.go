@@ -33,6 +33,8 @@ type reconciler struct {
 	// so that a flood costs a pass per minGap, not a pass per write.
 	minGap  time.Duration
 	lastEnd time.Time
+	// ends counts its passes, held-back ones included (waitPass).
+	ends int
 
 	// Under the runner's lock:
 	due     time.Time // zero: not due
@@ -174,6 +176,7 @@ func (rn *runner) finish(r *reconciler, start time.Time, err error, skipped bool
 	defer rn.mu.Unlock()
 	rn.running = nil
 	r.lastEnd = now
+	r.ends++
 	if skipped {
 		r.due = time.Time{}
 	}
@@ -212,15 +215,16 @@ func (rn *runner) finish(r *reconciler, start time.Time, err error, skipped bool
 	rn.done = make(chan struct{})
 }
 
-// waitPass triggers name and waits until a pass of it has ended, or ctx
-// ends: for a read that must be made on the runner's goroutine (in the
+// waitPass triggers name and waits until a pass of it has ended (or was
+// held back: an agent superseded on the node answers with what it last
+// read), or ctx ends: for a read that must be made on the runner's goroutine (in the
 // node's netns) but only when asked (a scrape of /metrics).
 func (rn *runner) waitPass(ctx context.Context, name string) {
 	rn.mu.Lock()
 	r := rn.byName[name]
-	var runs int
+	var ends int
 	if r != nil {
-		runs = r.status.Runs
+		ends = r.ends
 	}
 	rn.mu.Unlock()
 	if r == nil {
@@ -229,9 +233,9 @@ func (rn *runner) waitPass(ctx context.Context, name string) {
 	rn.trigger(name, 0)
 	for {
 		rn.mu.Lock()
-		done, n := rn.done, r.status.Runs
+		done, n := rn.done, r.ends
 		rn.mu.Unlock()
-		if n > runs {
+		if n > ends {
 			return
 		}
 		select {

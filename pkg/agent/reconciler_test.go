@@ -263,3 +263,17 @@ func TestRunnerMinGap(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerWaitPassHeldBack: a scrape of a superseded agent (every pass
+// held back) does not wait for its context's end.
+func TestRunnerWaitPassHeldBack(t *testing.T) {
+	rn := newRunner()
+	rn.add(&reconciler{name: "metrics", do: func(context.Context) error { return nil }})
+	startRunner(t, rn, func() bool { return true })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rn.waitPass(ctx, "metrics")
+	if ctx.Err() != nil {
+		t.Error("waitPass waited for its context's end while every pass was held back")
+	}
+}
