@@ -59,20 +59,19 @@ func (a *Agent) repairOptions(now time.Time) noderepair.Options {
 }
 
 // unknownSettle is how long after a veth appears or goes the agent looks
-// for unknown interfaces: an ordinary ADD has written its record by then,
-// so its own veth makes no repair.
+// for unknown interfaces: a burst of veths (a burst of ADDs) makes one look.
 const unknownSettle = time.Second
 
-// reconcileUnknown is the look for unknown interfaces: when the node's pod
-// interfaces without a record changed (unknownChanged), the node tables'
-// repair lists them anew, reports them and (drop) checks their sources.
+// reconcileUnknown is the look for unknown interfaces (unknownDue): when
+// one has passed its grace unreported, or one reported is gone, the node
+// tables' repair lists them anew, reports them and (drop) checks their
+// sources; otherwise the look comes back when the first one's grace ends.
 //
 // Triggers: a veth that came or went (notify.go), settled by
 // unknownSettle; the end of an unknown interface's grace (noteUnknown).
 // No backstop of its own: the node tables' backstop lists them too.
 func (a *Agent) reconcileUnknown(context.Context) error {
-	now := time.Now()
-	if a.unknownChanged(now) {
+	if a.unknownDue(time.Now()) {
 		a.repairDue(0)
 	} else if at, ok := a.unknownGraceEnds(); ok {
 		a.run.triggerAt(recUnknown, at)
@@ -80,19 +79,18 @@ func (a *Agent) reconcileUnknown(context.Context) error {
 	return nil
 }
 
-// unknownChanged is the cheap look before a repair for unknown interfaces:
-// whether the node's pod interfaces without a record differ from the last
-// repair's (one listing of the records, the links and the routes; nothing
-// changed), or one of them has passed its grace.
-func (a *Agent) unknownChanged(now time.Time) bool {
+// unknownDue is the cheap look before a repair for unknown interfaces (one
+// listing of the records, the links and the routes; nothing changed). It
+// remembers when each interface without a record was first seen, and says
+// whether a repair is due: one has passed its grace unreported, or one
+// reported is gone. A fresh one is not: within its grace it may be an ADD
+// under way (the primary makes the veth before podwire writes the record,
+// seconds before on a node starting a burst of pods), and a repair would
+// only list it.
+func (a *Agent) unknownDue(now time.Time) bool {
 	conflist := a.conflist()
 	if conflist == "" {
 		return false
-	}
-	for name, t := range a.tables.unknown {
-		if now.Sub(t) >= unknownGrace && !a.tables.reported[name] {
-			return true // due to be reported and (drop) checked
-		}
 	}
 	conf, err := readEntryConf(conflist)
 	if err != nil {
@@ -102,15 +100,25 @@ func (a *Agent) unknownChanged(now time.Time) bool {
 	if err != nil {
 		return true
 	}
-	if len(found) != len(a.tables.unknown) {
-		return true
-	}
+	seen := unknownSeen{}
+	due := false
 	for _, u := range found {
-		if _, ok := a.tables.unknown[u.Name]; !ok {
-			return true
+		t, ok := a.tables.unknown[u.Name]
+		if !ok {
+			t = now
+		}
+		seen[u.Name] = t
+		if now.Sub(t) >= unknownGrace && !a.tables.reported[u.Name] {
+			due = true // to be reported and (drop) checked
 		}
 	}
-	return false
+	for name := range a.tables.reported {
+		if _, ok := seen[name]; !ok {
+			due = true // gone: out of the status and the checks
+		}
+	}
+	a.tables.unknown = seen
+	return due
 }
 
 // noteUnknown updates the memory and the status from a repair's list, and
