@@ -22,11 +22,20 @@
 #   PODWIRE_VM_KERNEL   kernel version under /lib/modules (default: newest *-amd64)
 #   PODWIRE_BIN         the podwire binary to test (set by make; default: build it)
 #   PODWIRE_VM_PLUGIN   0 to leave podwire out (harness-only runs)
+#   PODWIRE_VM_SUITE    vm (default): integration/vm, libcni in the VM's own
+#                       namespaces; k8s: integration/k8s/vlan, a two-node
+#                       Kubernetes cluster in the VM. The k8s suite reads the
+#                       binaries of make test-k8s (PODWIRE_K8S_BIN,
+#                       PODWIRE_ETCD, PODWIRE_CONTAINERD_DIR, PODWIRE_RUNC,
+#                       PODWIRE_CNI_BIN) from the host's .cache, shared
+#                       read-only into the VM over virtio-9p: they are too
+#                       large for the initramfs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/integration/vm/build
 ROOTFS=$BUILD/rootfs
+SUITE=${PODWIRE_VM_SUITE:-vm}
 RUN=${PODWIRE_VM_RUN:-}
 BENCH=${PODWIRE_VM_BENCH:-}
 BENCHTIME=${PODWIRE_VM_BENCHTIME:-20x}
@@ -46,6 +55,14 @@ nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct nf_conntrack_netlink"
 # one loads it (finit_module) and unloads it again, so that the rest of the
 # suite runs without it. Their dependencies must be in MODULES.
 ONDEMAND_MODULES="br_netfilter"
+# The k8s suite's: the 9p share of .cache, overlayfs for containerd's
+# snapshots, and the conntrack match that the kubelet's and the agent's
+# rulesets use.
+K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay nft_fib_inet nft_fib_ipv4 nft_fib_ipv6"
+# K8S_ENV are the variables of make test-k8s the k8s suite reads: paths
+# under the host's .cache, seen in the VM under /cache.
+K8S_ENV="PODWIRE_K8S_BIN PODWIRE_ETCD PODWIRE_CONTAINERD_DIR PODWIRE_RUNC PODWIRE_CNI_BIN"
+CACHE=$ROOT/.cache
 
 log() { echo "vm-test: $*" >&2; }
 die() { log "ERROR: $*"; exit 2; }
@@ -124,8 +141,15 @@ copy_dynamic() {
 build_binaries() {
 	mkdir -p "$BUILD/bin"
 	log "building the test binary"
-	(cd "$ROOT/integration" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" ./vm) ||
-		die "building integration/vm failed"
+	local pkg=./vm
+	[ "$SUITE" = k8s ] && pkg=./k8s/vlan
+	(cd "$ROOT/integration" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" $pkg) ||
+		die "building integration/${pkg#./} failed"
+	if [ "$SUITE" = k8s ]; then
+		rm -rf "$BUILD/pause" && mkdir -p "$BUILD/pause"
+		(cd "$ROOT/integration" && $GO run ./k8s/cluster/pausearchive "$BUILD/pause") >/dev/null ||
+			die "building the pause image failed"
+	fi
 	rm -f "$BUILD/bin/podwire"
 	if [ -n "${PODWIRE_BIN:-}" ]; then
 		[ -x "$PODWIRE_BIN" ] || die "PODWIRE_BIN=$PODWIRE_BIN is not an executable (run make build)"
@@ -155,14 +179,16 @@ build_initramfs() {
 	install -m 0755 "$ROOT/integration/vm/init" "$ROOTFS/init"
 	install -m 0755 "$BUILD/bin/vm.test" "$ROOTFS/vm.test"
 	local b
+	[ "$SUITE" = k8s ] && install -m 0644 "$BUILD/pause/pause.oci.tar" "$ROOTFS/pause.oci.tar"
 	for b in podwire ptp host-local; do
 		[ -x "$BUILD/bin/$b" ] && install -m 0755 "$BUILD/bin/$b" "$ROOTFS/opt/cni/bin/$b"
 	done
 	copy_dynamic "$(command -v ip)"
 	copy_dynamic "$(command -v bridge)"
 
-	local m p
-	for m in $MODULES; do
+	local m p mods=$MODULES
+	[ "$SUITE" = k8s ] && mods="$mods $K8S_MODULES"
+	for m in $mods; do
 		p=$(module_path "$m")
 		[ -n "$p" ] || die "module $m not found in $MODDIR/modules.dep"
 		add_module "$p"
@@ -184,6 +210,19 @@ build_initramfs() {
 		echo "PODWIRE_VM_BENCH='$BENCH'"
 		echo "PODWIRE_VM_BENCHTIME='$BENCHTIME'"
 		echo "PODWIRE_VM_TEST_TIMEOUT=$((TIMEOUT > 120 ? TIMEOUT - 60 : TIMEOUT))s"
+		echo "PODWIRE_VM_SUITE=$SUITE"
+		if [ "$SUITE" = k8s ]; then
+			echo "PODWIRE_PAUSE_ARCHIVE=/pause.oci.tar"
+			local v val
+			for v in $K8S_ENV; do
+				val=${!v:-}
+				[ -n "$val" ] || die "$v is unset (run make test-vm-k8s)"
+				case $val in
+				"$CACHE"/*) echo "$v=/cache/${val#"$CACHE"/}" ;;
+				*) die "$v=$val is not under $CACHE, which the VM sees as /cache" ;;
+				esac
+			done
+		fi
 	} >"$ROOTFS/etc/podwire-vm.env"
 
 	(cd "$ROOTFS" && find . -print0 | cpio --null -o -H newc --quiet) | gzip -1 >"$BUILD/initramfs.gz"
@@ -192,6 +231,8 @@ build_initramfs() {
 
 boot() {
 	local console=$BUILD/console.log start rc status
+	local share=()
+	[ "$SUITE" = k8s ] && share=(-virtfs "local,path=$CACHE,mount_tag=cache,security_model=none,readonly=on")
 	start=$(date +%s)
 	log "booting $KERNEL (accel $ACCEL, ${MEM}M, $SMP cpus, timeout ${TIMEOUT}s)"
 	set +e
@@ -199,6 +240,7 @@ boot() {
 		-accel "$ACCEL" -cpu max -m "$MEM" -smp "$SMP" \
 		-nodefaults -display none -no-reboot \
 		-serial stdio \
+		"${share[@]}" \
 		-kernel "$KERNEL" -initrd "$BUILD/initramfs.gz" \
 		-append "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init" \
 		</dev/null 2>&1 | tee "$console"

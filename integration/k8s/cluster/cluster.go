@@ -95,6 +95,11 @@ type Options struct {
 	// (--register-with-taints, KEY=[VALUE]:EFFECT), as an operator's
 	// startup taints; WaitNodesReady does not wait for them to go.
 	RegisterTaints []string
+	// PauseArchive is an archive of PauseImage that BuildPauseArchive
+	// wrote earlier; "" builds one, which needs the Go toolchain (the VM
+	// suite has none: scripts/vm-test.sh builds it on the host with
+	// pausearchive).
+	PauseArchive string
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)
 	// Keep leaves the run's directory after Stop (for inspection).
@@ -261,9 +266,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	step("etcd healthy")
-	archive, err := BuildPauseArchive(dir, PauseImage)
-	if err != nil {
-		return c, err
+	archive := opts.PauseArchive
+	if archive == "" {
+		if archive, err = BuildPauseArchive(dir, PauseImage); err != nil {
+			return c, err
+		}
 	}
 	for _, n := range c.Nodes {
 		if err := n.startContainerd(ctx); err != nil {

@@ -429,9 +429,12 @@ func mountedPaths() []string {
 // (this host is hybrid v1: the kubelet's cgroupfs driver wants it in each
 // controller's hierarchy), cpuset's with its parent's cpus and mems.
 func (n *Node) makeCgroups() error {
-	hier, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err == nil {
-		hier = append(hier, "/sys/fs/cgroup/cgroup.procs") // pure v2
+	// On a pure v2 host (the VM suite's) /sys/fs/cgroup/*/cgroup.procs
+	// are child cgroups, an earlier node's root among them, not
+	// hierarchies.
+	hier := []string{"/sys/fs/cgroup/cgroup.procs"}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		hier, _ = filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
 	}
 	for _, h := range hier {
 		parent := filepath.Dir(h)
