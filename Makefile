@@ -71,7 +71,7 @@ MKIMAGE := $(CURDIR)/bin/mkimage
 # paths inside the integration module (./x/).
 in-integration = $(patsubst integration/%,./%,$(patsubst ./integration/%,./%,$(1)))
 
-.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-vm-k8s test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -130,6 +130,14 @@ test-integration: deps build tools
 
 test-vm: deps build
 	scripts/vm-test.sh
+
+# VLAN network functions under a real kubelet: integration/k8s/vlan, a
+# two-node cluster inside the VM (Debian's kernel: VLAN filtering, 8021q),
+# podwire installed from its chart with vlanGrants.
+VM_K8S_MEM ?= 6144
+test-vm-k8s: deps build image tools k8s-bins
+	$(K8S_TEST_ENV) PODWIRE_BIN=$(CURDIR)/bin/podwire PODWIRE_VM_SUITE=k8s \
+		PODWIRE_VM_MEM=$(VM_K8S_MEM) PODWIRE_VM_TIMEOUT=900 scripts/vm-test.sh
 
 # The CRI suite twice: on containerd CONTAINERD_VERSION, then on the host's
 # (Debian's 1.6, the legacy leg).

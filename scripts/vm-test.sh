@@ -27,9 +27,11 @@
 #                       Kubernetes cluster in the VM. The k8s suite reads the
 #                       binaries of make test-k8s (PODWIRE_K8S_BIN,
 #                       PODWIRE_ETCD, PODWIRE_CONTAINERD_DIR, PODWIRE_RUNC,
-#                       PODWIRE_CNI_BIN) from the host's .cache, shared
-#                       read-only into the VM over virtio-9p: they are too
-#                       large for the initramfs.
+#                       PODWIRE_CNI_BIN, PODWIRE_HELM) from the host's
+#                       .cache, shared read-only into the VM over virtio-9p:
+#                       they are too large for the initramfs. podwire's
+#                       image (PODWIRE_IMAGE, PODWIRE_IMAGE_REF: make image),
+#                       its chart and the push tool go into the initramfs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,7 +63,7 @@ ONDEMAND_MODULES="br_netfilter"
 K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay nft_fib_inet nft_fib_ipv4 nft_fib_ipv6"
 # K8S_ENV are the variables of make test-k8s the k8s suite reads: paths
 # under the host's .cache, seen in the VM under /cache.
-K8S_ENV="PODWIRE_K8S_BIN PODWIRE_ETCD PODWIRE_CONTAINERD_DIR PODWIRE_RUNC PODWIRE_CNI_BIN"
+K8S_ENV="PODWIRE_K8S_BIN PODWIRE_ETCD PODWIRE_CONTAINERD_DIR PODWIRE_RUNC PODWIRE_CNI_BIN PODWIRE_HELM"
 CACHE=$ROOT/.cache
 
 log() { echo "vm-test: $*" >&2; }
@@ -149,6 +151,10 @@ build_binaries() {
 		rm -rf "$BUILD/pause" && mkdir -p "$BUILD/pause"
 		(cd "$ROOT/integration" && $GO run ./k8s/cluster/pausearchive "$BUILD/pause") >/dev/null ||
 			die "building the pause image failed"
+		(cd "$ROOT/tools/image" && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BUILD/bin/podwire-image" .) ||
+			die "building tools/image failed"
+		[ -r "${PODWIRE_IMAGE:-}" ] && [ -n "${PODWIRE_IMAGE_REF:-}" ] ||
+			die "PODWIRE_IMAGE and PODWIRE_IMAGE_REF must name make image's archive and reference (run make test-vm-k8s)"
 	fi
 	rm -f "$BUILD/bin/podwire"
 	if [ -n "${PODWIRE_BIN:-}" ]; then
@@ -179,7 +185,12 @@ build_initramfs() {
 	install -m 0755 "$ROOT/integration/vm/init" "$ROOTFS/init"
 	install -m 0755 "$BUILD/bin/vm.test" "$ROOTFS/vm.test"
 	local b
-	[ "$SUITE" = k8s ] && install -m 0644 "$BUILD/pause/pause.oci.tar" "$ROOTFS/pause.oci.tar"
+	if [ "$SUITE" = k8s ]; then
+		install -m 0644 "$BUILD/pause/pause.oci.tar" "$ROOTFS/pause.oci.tar"
+		install -m 0644 "$PODWIRE_IMAGE" "$ROOTFS/podwire-image.tar"
+		install -m 0755 "$BUILD/bin/podwire-image" "$ROOTFS/usr/bin/podwire-image"
+		cp -r "$ROOT/deploy/helm/podwire" "$ROOTFS/chart"
+	fi
 	for b in podwire ptp host-local; do
 		[ -x "$BUILD/bin/$b" ] && install -m 0755 "$BUILD/bin/$b" "$ROOTFS/opt/cni/bin/$b"
 	done
@@ -213,6 +224,10 @@ build_initramfs() {
 		echo "PODWIRE_VM_SUITE=$SUITE"
 		if [ "$SUITE" = k8s ]; then
 			echo "PODWIRE_PAUSE_ARCHIVE=/pause.oci.tar"
+			echo "PODWIRE_IMAGE=/podwire-image.tar"
+			echo "PODWIRE_IMAGE_REF='$PODWIRE_IMAGE_REF'"
+			echo "PODWIRE_IMAGE_TOOL=/usr/bin/podwire-image"
+			echo "PODWIRE_CHART=/chart"
 			local v val
 			for v in $K8S_ENV; do
 				val=${!v:-}

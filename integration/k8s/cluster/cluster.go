@@ -100,6 +100,9 @@ type Options struct {
 	// suite has none: scripts/vm-test.sh builds it on the host with
 	// pausearchive).
 	PauseArchive string
+	// ImageTool is the tools/image binary PushArchive runs; "" runs it
+	// with go run (the VM suite has no Go toolchain).
+	ImageTool string
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)
 	// Keep leaves the run's directory after Stop (for inspection).

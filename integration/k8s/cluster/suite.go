@@ -121,8 +121,12 @@ func (c *Cluster) PushArchive(ctx context.Context, archive, imageRef string) (st
 		return "", fmt.Errorf("image reference %q has no tag", imageRef)
 	}
 	ref := RegistryHost + "/podwire/podwire-agent" + imageRef[i:]
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+c.OutsideNetNS, "--",
-		"go", "run", "github.com/podwire/podwire/tools/image", "push", archive, ref).Output()
+	tool := []string{"go", "run", "github.com/podwire/podwire/tools/image"}
+	if c.opts.ImageTool != "" {
+		tool = []string{c.opts.ImageTool}
+	}
+	argv := append(append([]string{"--net=" + c.OutsideNetNS, "--"}, tool...), "push", archive, ref)
+	out, err := exec.CommandContext(ctx, "nsenter", argv...).Output()
 	if err != nil {
 		var stderr []byte
 		if ee, ok := err.(*exec.ExitError); ok {
