@@ -321,7 +321,7 @@ const floodGap = 3 * time.Second
 // (an ADD or a DEL wrote or removed one), settled: a burst of ADDs makes
 // one pass each.
 func (a *Agent) recordsChanged() {
-	for _, name := range []string{recEgress, recRoutes, recGates, recCollect} {
+	for _, name := range []string{recEgress, recRoutes, recGates, recCollect, recVLAN} {
 		a.run.trigger(name, recordSettle)
 	}
 	a.claims.trigger(recClaims, recordSettle)

@@ -32,8 +32,11 @@ const vlanSettle = 100 * time.Millisecond
 // this look, not a repair of the whole node: the tables are not concerned.
 //
 // Triggers: a change to one of those links (notify.go), settled by
-// vlanSettle; a failed look of the node tables' repair. No backstop of its
-// own: the node tables' repair looks at the VLAN wiring too.
+// vlanSettle; a record written or removed (recordsChanged): the links are
+// those the last look named, so a new attachment's port is followed only
+// once a look has seen its record; a failed look of the node tables'
+// repair. No backstop of its own: the node tables' repair looks at the
+// VLAN wiring too.
 func (a *Agent) reconcileVLANs(ctx context.Context) error {
 	res := &cliapi.RepairResult{}
 	var err error
