@@ -10,61 +10,20 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
+
+	"github.com/podwire/podwire/integration/packets"
 )
 
-// capture is a packet socket on one interface of a netns, receiving every
-// frame from the moment it is opened.
-type capture struct{ fd int }
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// capturePackets opens a capture on ifName in netns ("" for every
-// interface, also those made later), closed when t ends.
-func capturePackets(t *testing.T, netns ns.NetNS, ifName string) *capture {
+// capturePackets opens a capture (packets.Capture) on ifName in netns
+// ("" for every interface, also those made later), closed when t ends.
+func capturePackets(t *testing.T, netns ns.NetNS, ifName string) *packets.Capture {
 	t.Helper()
-	c := &capture{fd: -1}
-	err := netns.Do(func(ns.NetNS) error {
-		itf := &net.Interface{}
-		if ifName != "" {
-			var err error
-			if itf, err = net.InterfaceByName(ifName); err != nil {
-				return err
-			}
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return err
-		}
-		c.fd = fd
-		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: itf.Index}); err != nil {
-			return err
-		}
-		tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
-		return unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	})
+	c, err := packets.OpenCapture(netns.Path(), ifName)
 	if err != nil {
-		if c.fd >= 0 {
-			unix.Close(c.fd)
-		}
-		t.Fatalf("failed to open a capture on %q: %v", ifName, err)
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(c.fd) })
+	t.Cleanup(c.Close)
 	return c
-}
-
-// waitFor reads frames until one matches or d passes.
-func (c *capture) waitFor(d time.Duration, match func(frame []byte) bool) bool {
-	buf := make([]byte, 2048)
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
-		if err != nil || n < 14 {
-			continue
-		}
-		if match(buf[:n]) {
-			return true
-		}
-	}
-	return false
 }
 
 // isGratuitousARP matches an ARP request for ip from ip (RFC 5227, 3).
@@ -85,9 +44,9 @@ func isNeighborAdvert(target net.IP) func([]byte) bool {
 }
 
 // mustSee fails t unless the capture sees a matching frame within 5 s.
-func mustSee(t *testing.T, c *capture, what string, match func([]byte) bool) {
+func mustSee(t *testing.T, c *packets.Capture, what string, match func([]byte) bool) {
 	t.Helper()
-	if !c.waitFor(5*time.Second, match) {
+	if !c.WaitFor(5*time.Second, match) {
 		t.Fatal(fmt.Sprintf("did not see %s", what))
 	}
 }

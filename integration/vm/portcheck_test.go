@@ -88,7 +88,7 @@ func TestVLANPortCheckSpoofing(t *testing.T) {
 		spoofFrom(t, a, fmt.Sprintf("192.0.2.%d", 66+i), "192.0.2.2", bMAC)
 	}
 	for i := range 3 {
-		if seen.waitFor(time.Second, isEchoRequestFrom(net.IPv4(192, 0, 2, byte(66+i)))) {
+		if seen.WaitFor(time.Second, isEchoRequestFrom(net.IPv4(192, 0, 2, byte(66+i)))) {
 			t.Fatalf("b received an echo request from spoofed 192.0.2.%d of an ordinary pod", 66+i)
 		}
 	}

@@ -96,10 +96,10 @@ func TestVLANTenancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	spoofFrom(t, s, "192.0.2.254", "192.0.2.2", podMAC(t, b, "net1"))
-	if seen.waitFor(2*time.Second, isARPFrom(net.ParseIP("192.0.2.254"))) {
+	if seen.WaitFor(2*time.Second, isARPFrom(net.ParseIP("192.0.2.254"))) {
 		t.Fatal("b received s's ARP claiming the gateway 192.0.2.254")
 	}
-	if seen.waitFor(time.Second, isEchoRequestFrom(net.ParseIP("192.0.2.254"))) {
+	if seen.WaitFor(time.Second, isEchoRequestFrom(net.ParseIP("192.0.2.254"))) {
 		t.Fatal("b received an echo request from s with the gateway's address")
 	}
 
@@ -113,7 +113,7 @@ func TestVLANTenancy(t *testing.T) {
 	setMAC(t, l, "net1", net.HardwareAddr{0x02, 0, 0, 0, 0x66, 0x67})
 	atM := capturePackets(t, m.NS, "net1")
 	_ = pingFrom(l.NS, net.ParseIP("198.51.100.1"), net.ParseIP("198.51.100.2"), time.Second)
-	if atM.waitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("198.51.100.1"))) {
+	if atM.WaitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("198.51.100.1"))) {
 		t.Fatal("m received an echo request from l's forged MAC")
 	}
 }
@@ -131,7 +131,7 @@ func TestVLANGrantsOnly(t *testing.T) {
 	mustPing(t, a.NS, "a to b on a granted VLAN", "192.0.2.2")
 	seen := capturePackets(t, b.NS, "net1")
 	spoofFrom(t, a, "192.0.2.66", "192.0.2.2", podMAC(t, b, "net1"))
-	if seen.waitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("192.0.2.66"))) {
+	if seen.WaitFor(2*time.Second, isEchoRequestFrom(net.ParseIP("192.0.2.66"))) {
 		t.Fatal("b received an echo request from a's forged source 192.0.2.66")
 	}
 }

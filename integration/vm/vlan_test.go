@@ -106,7 +106,7 @@ func TestVLANPodsThroughPlugin(t *testing.T) {
 	// veth is new and holds no entry that one could correct.
 	for _, ip := range a.Result.IPs {
 		if ip.Interface != nil && a.Result.Interfaces[*ip.Interface].Name == "eth0" && ip.Address.IP.To4() != nil &&
-			nodeFrames.waitFor(500*time.Millisecond, isGratuitousARP(ip.Address.IP)) {
+			nodeFrames.WaitFor(500*time.Millisecond, isGratuitousARP(ip.Address.IP)) {
 			t.Errorf("the node saw a gratuitous ARP for a's point-to-point primary address %s", ip.Address.IP)
 		}
 	}

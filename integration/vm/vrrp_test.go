@@ -194,7 +194,7 @@ func TestVRRPFailover(t *testing.T) {
 	fromR := func(f []byte) bool {
 		return bytes.Equal(f[6:12], vrrp.MAC(7, false)) && isEchoRequestFrom(net.ParseIP("192.0.2.9"))(f)
 	}
-	if seenClient.waitFor(2*time.Second, fromR) {
+	if seenClient.WaitFor(2*time.Second, fromR) {
 		t.Errorf("the client received pod R's echo request from the virtual MAC: the pod has no grant")
 	}
 	mustPing(t, far, "client to the virtual address held by C, after R's attempt", vrrpVIP)
