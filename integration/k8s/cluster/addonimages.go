@@ -33,6 +33,23 @@ func hostTool(name string) ([]ImageFile, error) {
 	return ociimage.HostProgram(p, "/usr/sbin/"+name)
 }
 
+// busyboxFiles is the host's static busybox at /bin/busybox with each of
+// applets as a symlink to it in /bin.
+func busyboxFiles(applets ...string) ([]ImageFile, error) {
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return nil, fmt.Errorf("busybox not found on the host (package busybox-static, scripts/deps.list): %w", err)
+	}
+	files, err := ociimage.HostProgram(bb, "/bin/busybox")
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range applets {
+		files = append(files, ociimage.Symlink("/bin/"+a, "busybox"))
+	}
+	return files, nil
+}
+
 // binFile reads a binary built by the run as an image file at dest.
 func binFile(src, dest string) (ImageFile, error) {
 	b, err := os.ReadFile(src)
@@ -84,16 +101,11 @@ func FlannelImage(dir string) (v1.Image, error) {
 		return nil, err
 	}
 	files = append(files, ipt...)
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		return nil, fmt.Errorf("busybox not found on the host (package busybox-static, scripts/deps.list): %w", err)
-	}
-	bbFiles, err := ociimage.HostProgram(bb, "/bin/busybox")
+	bb, err := busyboxFiles("sh", "cp")
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, bbFiles...)
-	files = append(files, ociimage.Symlink("/bin/sh", "busybox"), ociimage.Symlink("/bin/cp", "busybox"))
+	files = append(files, bb...)
 	for _, b := range []struct{ src, dest string }{
 		{"flanneld", "/opt/bin/flanneld"}, {"install-conf", "/opt/bin/install-conf"}, {"flannel", "/flannel"},
 	} {
@@ -164,4 +176,23 @@ func (c *Cluster) Push(ctx context.Context, img v1.Image, repoTag string) (strin
 		return "", err
 	}
 	return tag.Context().Name() + "@" + d.String(), nil
+}
+
+// VRRPImageRef names VRRPImage in the archive vmimages writes.
+const VRRPImageRef = "docker.io/podwire/vrrp:keepalived"
+
+// VRRPImage holds a VRRP speaker (RFC 5798): the host's keepalived (Debian's
+// package, scripts/deps.list) with its shared libraries at
+// /usr/sbin/keepalived, and busybox as /bin/sh, its entrypoint, so that a
+// pod writes keepalived's configuration before it runs it.
+func VRRPImage() (v1.Image, error) {
+	files, err := hostTool("keepalived")
+	if err != nil {
+		return nil, err
+	}
+	bb, err := busyboxFiles("sh", "cat", "mkdir", "sleep")
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image(append(files, bb...), ociimage.Config{Entrypoint: []string{"/bin/sh"}, Env: []string{"PATH=" + imagePath}})
 }

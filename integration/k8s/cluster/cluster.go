@@ -98,7 +98,7 @@ type Options struct {
 	// PauseArchive is an archive of PauseImage that BuildPauseArchive
 	// wrote earlier; "" builds one, which needs the Go toolchain (the VM
 	// suite has none: scripts/vm-test.sh builds it on the host with
-	// pausearchive).
+	// vmimages).
 	PauseArchive string
 	// ImageTool is the tools/image binary PushArchive runs; "" runs it
 	// with go run (the VM suite has no Go toolchain).

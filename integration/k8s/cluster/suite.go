@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +141,43 @@ func (c *Cluster) PushArchive(ctx context.Context, archive, imageRef string) (st
 		return "", fmt.Errorf("the push printed %q, want %s@sha256:...", pinned, ref)
 	}
 	return pinned, nil
+}
+
+// HelmRelease is a chart's release as a suite installs it: helm's binary
+// (scripts/helm-build.sh), the chart's directory, the release's name and
+// the namespace helm records it in, and the DaemonSet whose rollout says
+// it is in place, "NAMESPACE/NAME".
+type HelmRelease struct {
+	Helm, Chart, Name, Namespace, DaemonSet string
+}
+
+// HelmApply runs `helm VERB` (install or upgrade) of r with values (a
+// values file in the run's directory: JSON, YAML's superset) and waits up
+// to rollout for r's DaemonSet to roll out; it returns how long both took.
+// A DaemonSet that does not roll out is an error with its pods'
+// description and logs.
+func (c *Cluster) HelmApply(ctx context.Context, r HelmRelease, verb string, values map[string]any, rollout time.Duration) (time.Duration, error) {
+	b, err := json.Marshal(values)
+	if err != nil {
+		return 0, err
+	}
+	file := filepath.Join(c.Dir, r.Name+"-values-"+verb+".yaml")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return 0, err
+	}
+	chart, err := filepath.Abs(r.Chart)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := c.Helm(ctx, r.Helm, verb, r.Name, chart, "--namespace", r.Namespace, "-f", file); err != nil {
+		return 0, err
+	}
+	ns, ds, _ := strings.Cut(r.DaemonSet, "/")
+	if out, err := c.Kubectl(ctx, "", "-n", ns, "rollout", "status", "ds/"+ds, fmt.Sprintf("--timeout=%ds", int(rollout.Seconds()))); err != nil {
+		desc, _ := c.Kubectl(ctx, "", "-n", ns, "describe", "pods")
+		logs, _ := c.Kubectl(ctx, "", "-n", ns, "logs", "ds/"+ds, "--tail=40")
+		return 0, fmt.Errorf("the DaemonSet %s did not roll out after helm %s: %v\n%s\n%s\n%s", r.DaemonSet, verb, err, out, desc, logs)
+	}
+	return time.Since(start), nil
 }

@@ -23,7 +23,6 @@ package multinode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -193,28 +192,12 @@ func helm(ctx context.Context, verb, pinned string) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(values) // YAML's superset: a values file as it is
+	took, err := c.HelmApply(ctx, cluster.HelmRelease{Helm: helmBin, Chart: chartDir, Name: release, Namespace: releaseNS,
+		DaemonSet: agentNS + "/podwire-agent"}, verb, values, 180*time.Second)
 	if err != nil {
 		return err
 	}
-	file := filepath.Join(c.Dir, "podwire-values-"+verb+".yaml")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		return err
-	}
-	chart, err := filepath.Abs(chartDir)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	if _, err := c.Helm(ctx, helmBin, verb, release, chart, "--namespace", releaseNS, "-f", file); err != nil {
-		return err
-	}
-	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=180s"); err != nil {
-		desc, _ := c.Kubectl(ctx, "", "-n", agentNS, "describe", "pods")
-		logs, _ := c.Kubectl(ctx, "", "-n", agentNS, "logs", "ds/podwire-agent", "--tail=40")
-		return fmt.Errorf("the DaemonSet did not roll out after helm %s: %v\n%s\n%s\n%s", verb, err, out, desc, logs)
-	}
-	fmt.Printf("podwire: helm %s of %s, agents Ready in %.1fs\n", verb, pinned, time.Since(start).Seconds())
+	fmt.Printf("podwire: helm %s of %s, agents Ready in %.1fs\n", verb, pinned, took.Seconds())
 	return nil
 }
 
