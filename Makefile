@@ -116,7 +116,7 @@ $(TOOLS_DIR)/.stamp: Makefile
 	GOBIN=$(TOOLS_DIR) $(GO) install github.com/containernetworking/cni/cnitool@$(CNI_VERSION)
 	touch $@
 
-test: deps test-unit test-integration test-e2e test-vm test-k8s
+test: deps test-unit test-integration test-e2e test-vm test-vm-k8s test-k8s
 
 test-unit:
 	$(GO) test -count=1 ./pkg/... ./plugins/... ./internal/... ./scripts/...

@@ -58,9 +58,9 @@ nft_reject_bridge nft_chain_nat nft_nat nft_masq nft_ct nf_conntrack_netlink"
 # suite runs without it. Their dependencies must be in MODULES.
 ONDEMAND_MODULES="br_netfilter"
 # The k8s suite's: the 9p share of .cache, overlayfs for containerd's
-# snapshots, and the conntrack match that the kubelet's and the agent's
-# rulesets use.
-K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay nft_fib_inet nft_fib_ipv4 nft_fib_ipv6"
+# snapshots, and macvlan for keepalived's virtual-MAC interface
+# (use_vmac).
+K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay macvlan"
 # K8S_ENV are the variables of make test-k8s the k8s suite reads: paths
 # under the host's .cache, seen in the VM under /cache.
 K8S_ENV="PODWIRE_K8S_BIN PODWIRE_ETCD PODWIRE_CONTAINERD_DIR PODWIRE_RUNC PODWIRE_CNI_BIN PODWIRE_HELM"
@@ -148,9 +148,9 @@ build_binaries() {
 	(cd "$ROOT/integration" && CGO_ENABLED=0 $GO test -c -trimpath -ldflags '-s -w' -o "$BUILD/bin/vm.test" $pkg) ||
 		die "building integration/${pkg#./} failed"
 	if [ "$SUITE" = k8s ]; then
-		rm -rf "$BUILD/pause" && mkdir -p "$BUILD/pause"
-		(cd "$ROOT/integration" && $GO run ./k8s/cluster/pausearchive "$BUILD/pause") >/dev/null ||
-			die "building the pause image failed"
+		rm -rf "$BUILD/images" && mkdir -p "$BUILD/images"
+		(cd "$ROOT/integration" && $GO run ./k8s/cluster/vmimages "$BUILD/images") ||
+			die "building the pause and VRRP images failed"
 		(cd "$ROOT/tools/image" && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BUILD/bin/podwire-image" .) ||
 			die "building tools/image failed"
 		[ -r "${PODWIRE_IMAGE:-}" ] && [ -n "${PODWIRE_IMAGE_REF:-}" ] ||
@@ -186,7 +186,8 @@ build_initramfs() {
 	install -m 0755 "$BUILD/bin/vm.test" "$ROOTFS/vm.test"
 	local b
 	if [ "$SUITE" = k8s ]; then
-		install -m 0644 "$BUILD/pause/pause.oci.tar" "$ROOTFS/pause.oci.tar"
+		install -m 0644 "$BUILD/images/pause.oci.tar" "$ROOTFS/pause.oci.tar"
+		install -m 0644 "$BUILD/images/vrrp.oci.tar" "$ROOTFS/vrrp.oci.tar"
 		install -m 0644 "$PODWIRE_IMAGE" "$ROOTFS/podwire-image.tar"
 		install -m 0755 "$BUILD/bin/podwire-image" "$ROOTFS/usr/bin/podwire-image"
 		cp -r "$ROOT/deploy/helm/podwire" "$ROOTFS/chart"
@@ -224,6 +225,7 @@ build_initramfs() {
 		echo "PODWIRE_VM_SUITE=$SUITE"
 		if [ "$SUITE" = k8s ]; then
 			echo "PODWIRE_PAUSE_ARCHIVE=/pause.oci.tar"
+			echo "PODWIRE_VRRP_ARCHIVE=/vrrp.oci.tar"
 			echo "PODWIRE_IMAGE=/podwire-image.tar"
 			echo "PODWIRE_IMAGE_REF='$PODWIRE_IMAGE_REF'"
 			echo "PODWIRE_IMAGE_TOOL=/usr/bin/podwire-image"
@@ -276,7 +278,9 @@ boot() {
 	elif [ "$status" = 0 ] && [ "$passed" = 0 ]; then
 		die "no test ran in the VM (PODWIRE_VM_RUN='$RUN'?)"
 	fi
-	if [ "$status" = 0 ]; then
+	if [ "$status" = 0 ] && [ "$SUITE" = k8s ]; then
+		echo "vm-k8s: PASS, $passed scenarios, in $(($(date +%s) - start))s"
+	elif [ "$status" = 0 ]; then
 		log "PASS ($passed passed, $skipped skipped)"
 	else
 		log "FAIL: tests in the VM exited with status $status"

@@ -15,16 +15,15 @@
 // Needs root, the VM's kernel and what `make test-vm-k8s` passes into the
 // VM (scripts/vm-test.sh, PODWIRE_VM_SUITE=k8s): PODWIRE_K8S_BIN,
 // PODWIRE_ETCD, PODWIRE_CONTAINERD_DIR, PODWIRE_RUNC, PODWIRE_CNI_BIN,
-// PODWIRE_HELM, PODWIRE_PAUSE_ARCHIVE, PODWIRE_IMAGE, PODWIRE_IMAGE_REF,
-// PODWIRE_IMAGE_TOOL and PODWIRE_CHART.
+// PODWIRE_HELM, PODWIRE_PAUSE_ARCHIVE, PODWIRE_VRRP_ARCHIVE (imported on
+// every node: the router pods' keepalived, cluster.VRRPImage),
+// PODWIRE_IMAGE, PODWIRE_IMAGE_REF, PODWIRE_IMAGE_TOOL and PODWIRE_CHART.
 package vlan
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,8 @@ var (
 
 var suite = cluster.Suite{
 	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_CNI_BIN", "PODWIRE_CONTAINERD_DIR", "PODWIRE_RUNC",
-		"PODWIRE_HELM", "PODWIRE_PAUSE_ARCHIVE", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_IMAGE_TOOL", "PODWIRE_CHART"},
+		"PODWIRE_HELM", "PODWIRE_PAUSE_ARCHIVE", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_IMAGE_TOOL", "PODWIRE_CHART",
+		"PODWIRE_VRRP_ARCHIVE"},
 	Timeout: 8 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
@@ -56,8 +56,8 @@ var suite = cluster.Suite{
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
-// setUp prints the run's versions, makes the trunk switch, pushes
-// podwire's image and installs the chart.
+// setUp prints the run's versions, makes the trunk switch, imports the
+// VRRP speaker's image, pushes podwire's image and installs the chart.
 func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (stop func(), err error) {
 	c = cl
 	helmBin, chart = env["PODWIRE_HELM"], env["PODWIRE_CHART"]
@@ -76,6 +76,11 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 	if err := makeTrunk(); err != nil {
 		return nil, err
 	}
+	for _, n := range c.Nodes {
+		if err := n.ImportImage(ctx, env["PODWIRE_VRRP_ARCHIVE"]); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.StartRegistry(); err != nil {
 		return nil, err
 	}
@@ -91,7 +96,8 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 		}
 	}
 	out, _ := c.Kubectl(ctx, "", "-n", agentNS, "exec", "ds/podwire-agent", "--", "podwire", "version")
-	fmt.Printf("  %-24s %s\n", "podwire", strings.TrimSpace(out))
+	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	fmt.Printf("  %-24s %s\n", "podwire", first)
 	fmt.Printf("vm-k8s: podwire installed in %.1fs\n", time.Since(start).Seconds())
 	return releaseTrunk, nil
 }
@@ -108,7 +114,8 @@ const vlanNS = "vlan-a"
 
 // values are the operator's values: the image pinned, the trunk NIC by
 // its names on the two nodes, the VLANs granted to vlanNS with the
-// subnet their addresses come from, and the apiserver's address (the
+// subnets their addresses come from and the VRRP group of its routers,
+// forwarding pods in vlanNS, and the apiserver's address (the
 // cluster runs no kube-proxy, so the kubernetes Service is not there).
 func values() (map[string]any, error) {
 	name, digest, ok := strings.Cut(podwirePinned, "@")
@@ -121,9 +128,11 @@ func values() (map[string]any, error) {
 		"config": map[string]any{
 			"runtimeAnnotations": false,
 			"uplink":             strings.Join(uplinks, ","),
+			"forwarding":         map[string]any{"namespaces": []string{vlanNS}},
 			"vlanGrants": []map[string]any{{
 				"vlans": vlanList(), "namespaces": []string{vlanNS},
-				"subnets": []string{vlanSubnet.String()}, "exclude": []string{clientIP.String() + "/32"},
+				"subnets": []string{vlanSubnet.String(), vlan200Subnet.String()}, "exclude": []string{clientIP.String() + "/32", gatewayIP.String() + "/32"},
+				"vrrp": fmt.Sprint(vrrpVRID),
 			}},
 		},
 		"kubernetesServicesEndpoint": map[string]any{"host": c.Nodes[0].IP.String()},
@@ -137,24 +146,12 @@ func helm(ctx context.Context, verb string) error {
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(v) // YAML's superset: a values file as it is
+	took, err := c.HelmApply(ctx, cluster.HelmRelease{Helm: helmBin, Chart: chart, Name: release, Namespace: releaseNS,
+		DaemonSet: agentNS + "/podwire-agent"}, verb, v, 300*time.Second)
 	if err != nil {
 		return err
 	}
-	file := filepath.Join(c.Dir, "podwire-values-"+verb+".yaml")
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		return err
-	}
-	start := time.Now()
-	if _, err := c.Helm(ctx, helmBin, verb, release, chart, "--namespace", releaseNS, "-f", file); err != nil {
-		return err
-	}
-	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=300s"); err != nil {
-		desc, _ := c.Kubectl(ctx, "", "-n", agentNS, "describe", "pods")
-		logs, _ := c.Kubectl(ctx, "", "-n", agentNS, "logs", "ds/podwire-agent", "--tail=40")
-		return fmt.Errorf("the DaemonSet did not roll out after helm %s: %v\n%s\n%s\n%s", verb, err, out, desc, logs)
-	}
-	fmt.Printf("podwire: helm %s of %s, agents Ready in %.1fs\n", verb, podwirePinned, time.Since(start).Seconds())
+	fmt.Printf("podwire: helm %s of %s, agents Ready in %.1fs\n", verb, podwirePinned, took.Seconds())
 	return nil
 }
 

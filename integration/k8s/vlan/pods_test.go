@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,23 +25,37 @@ type pod struct {
 	netns           string // /proc/PID/ns/net of its sandbox
 }
 
-// ensureNamespace creates namespace ns once.
+// ensureNamespace creates the namespace name unless it exists.
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
-	out := c.MustKubectl(t, "", "create", "namespace", name, "--dry-run=client", "-o", "yaml")
-	c.MustKubectl(t, out, "apply", "-f", "-")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	body := []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"` + name + `"}}`)
+	if b, err := api(ctx, "POST", "/api/v1/namespaces", body); err != nil && !strings.Contains(string(b), "AlreadyExists") {
+		t.Fatal(err)
+	}
 }
 
-// runPod creates a pod with annotations on node n through the API, waits
-// until it is Ready (each pod start is about 10 s under TCG) and deletes
-// it when the test ends.
-func runPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) *pod {
+// createPod creates a pod with annotations on node n through the API,
+// without waiting for it, and deletes it when the test ends, without
+// waiting for it to go either (some 20 s under TCG, while the next test's
+// pods start; the tests' addresses are all different). Its one container
+// runs the pause image.
+func createPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) {
 	t.Helper()
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	createPodWith(t, namespace, name, n, annotations,
+		map[string]any{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"})
+}
+
+// createPodWith is createPod with container as the pod's one container.
+func createPodWith(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string, container map[string]any) {
+	t.Helper()
 	t.Cleanup(func() {
-		c.MustKubectl(t, "", "delete", "pod", "-n", namespace, name, "--ignore-not-found", "--wait=true", "--timeout=90s")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if b, err := api(ctx, "DELETE", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil); err != nil && !strings.Contains(string(b), "NotFound") {
+			t.Errorf("delete %s/%s: %v", namespace, name, err)
+		}
 	})
 	grace := int64(1)
 	manifest, err := json.Marshal(map[string]any{
@@ -48,15 +63,50 @@ func runPod(t *testing.T, namespace, name string, n *cluster.Node, annotations m
 		"metadata": map[string]any{"name": name, "namespace": namespace, "annotations": annotations},
 		"spec": map[string]any{
 			"nodeName": n.Name, "automountServiceAccountToken": false, "terminationGracePeriodSeconds": grace,
-			"containers": []map[string]any{{"name": "main", "image": cluster.PauseImage, "imagePullPolicy": "Never"}},
+			"containers": []map[string]any{container},
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.API(ctx, "POST", "/api/v1/namespaces/"+namespace+"/pods", manifest); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := api(ctx, "POST", "/api/v1/namespaces/"+namespace+"/pods", manifest)
+	if err != nil && !(strings.Contains(err.Error(), "409 Conflict") && strings.Contains(string(b), "AlreadyExists")) {
 		t.Fatal(err)
 	}
+}
+
+// api is cluster.API, its request sent again after an error of the
+// transport until ctx ends: under TCG the apiserver sometimes takes longer
+// than the client's 5 s to answer while pods start. A status outside 2xx
+// is returned at once. (A POST sent again may find its object made by
+// the first: 409 AlreadyExists.)
+func api(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	for {
+		b, err := c.API(ctx, method, path, body)
+		if err == nil || b != nil || ctx.Err() != nil {
+			return b, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// runPod is createPod, then waits until the pod is Ready (each pod start
+// is 10-20 s under TCG) and finds its netns.
+func runPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) *pod {
+	t.Helper()
+	createPod(t, namespace, name, n, annotations)
+	return readyPod(t, namespace, name, n)
+}
+
+// readyPod waits until the pod namespace/name on node n is Ready and
+// finds its netns.
+func readyPod(t *testing.T, namespace, name string, n *cluster.Node) *pod {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	uid, err := waitReady(ctx, namespace, name)
 	if err != nil {
 		desc, _ := c.Kubectl(context.Background(), "", "-n", namespace, "describe", "pod", name)
@@ -82,7 +132,7 @@ func waitReady(ctx context.Context, namespace, name string) (string, error) {
 		} `json:"status"`
 	}
 	for {
-		b, err := c.API(ctx, "GET", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil)
+		b, err := api(ctx, "GET", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil)
 		if err != nil {
 			return "", err
 		}

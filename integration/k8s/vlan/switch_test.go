@@ -27,11 +27,15 @@ var trunkVLANs = []uint16{100, 200}
 
 func vlanList() string { return "100,200" }
 
-// Addresses on the VLANs, inside the run's namespaces only. vlanSubnet is
-// the grant's subnet; the client holds clientIP on VLAN 100.
+// Addresses on the VLANs, inside the run's namespaces only. vlanSubnet and
+// vlan200Subnet are the grant's subnets (TestTrunkRouter routes between
+// them); the client holds clientIP on VLAN 100; gatewayIP is the VLAN's
+// router outside the cluster. The grant excludes both.
 var (
-	vlanSubnet = netip.MustParsePrefix("192.0.2.0/24")
-	clientIP   = netip.MustParseAddr("192.0.2.100")
+	vlanSubnet    = netip.MustParsePrefix("192.0.2.0/24")
+	vlan200Subnet = netip.MustParsePrefix("198.51.100.0/24")
+	clientIP      = netip.MustParseAddr("192.0.2.100")
+	gatewayIP     = netip.MustParseAddr("192.0.2.1")
 )
 
 var (

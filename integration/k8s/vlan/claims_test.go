@@ -1,0 +1,98 @@
+package vlan
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podwire/podwire/integration/packets"
+)
+
+// TestVLANAddressClaimAcrossNodes: a podwire.io/vlan-ips address is held
+// for the whole cluster (the agents' ClaimPools), not for the node of its
+// pod. A pod on node 2 asking for the address that a pod on node 1 holds
+// on the same VLAN is refused: the PodwireRefused Event names the gate,
+// the address and the holder with its node, and the kubelet's sandbox
+// error is that refusal. The holder keeps reaching the client. Once the
+// holder is deleted, the kubelet's next try of the same pod is wired: the
+// claim, not anything else of the request, is what refused it.
+func TestVLANAddressClaimAcrossNodes(t *testing.T) {
+	suite.Need(t)
+	ensureNamespace(t, vlanNS)
+	addr := netip.MustParseAddr("192.0.2.21")
+	holder := runPod(t, vlanNS, "claim-holder", c.Nodes[0], vlanPod(100, addr))
+	packets.EchoServer(t, clientNS.Path(), netip.AddrPortFrom(clientIP, echoPort))
+	createPod(t, vlanNS, "claim-thief", c.Nodes[1], vlanPod(100, addr))
+	refused, sandbox := refusedEvents(t, vlanNS, "claim-thief")
+	for _, want := range []string{"podwire.io/vlan-ips", addr.String(), "one holder per VLAN address",
+		vlanNS + "/claim-holder (node " + c.Nodes[0].Name + ")"} {
+		if !strings.Contains(refused, want) {
+			t.Errorf("the PodwireRefused Event does not say %q: %s", want, refused)
+		}
+	}
+	refusal := refused[max(strings.Index(refused, "annotation "), 0):]
+	for _, e := range sandbox {
+		if !strings.Contains(e, refusal) {
+			t.Errorf("the kubelet's sandbox error is not the refusal %q: %s", refusal, e)
+		}
+	}
+	reaches(t, "the holder to the client after the refusal", holder.netns, clientIP)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := api(ctx, "DELETE", "/api/v1/namespaces/"+vlanNS+"/pods/claim-holder", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitReady(ctx, vlanNS, "claim-thief"); err != nil {
+		t.Fatalf("the address %s of the deleted holder, asked on %s: %v", addr, c.Nodes[1].Name, err)
+	}
+	if !t.Failed() {
+		t.Logf("PASS vlan-ips claim across nodes: %s held on %s is refused on %s naming the holder; freed, it is wired",
+			addr, c.Nodes[0].Name, c.Nodes[1].Name)
+	}
+}
+
+// refusedEvents waits (90 s) for the PodwireRefused Event of the agent and
+// the kubelet's FailedCreatePodSandBox on the pod namespace/name, and
+// returns their messages.
+func refusedEvents(t *testing.T, namespace, name string) (refused string, sandbox []string) {
+	t.Helper()
+	var list struct {
+		Items []struct {
+			Reason, Message string
+			Source          struct{ Component string } `json:"source"`
+		} `json:"items"`
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := api(ctx, "GET", "/api/v1/namespaces/"+namespace+"/events?fieldSelector=involvedObject.name%3D"+name, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatal(err)
+		}
+		refused, sandbox = "", nil
+		for _, e := range list.Items {
+			switch {
+			case e.Reason == "PodwireRefused" && e.Source.Component == "podwire-agent":
+				refused = e.Message
+			case e.Reason == "FailedCreatePodSandBox" && e.Source.Component == "kubelet":
+				sandbox = append(sandbox, e.Message)
+			}
+		}
+		if refused != "" && len(sandbox) > 0 {
+			return refused, sandbox
+		}
+		if time.Now().After(deadline) {
+			desc, _ := c.Kubectl(context.Background(), "", "describe", "pod", "-n", namespace, name)
+			t.Fatalf("no PodwireRefused Event and FailedCreatePodSandBox on %s/%s within 90 s:\n%s", namespace, name, desc)
+		}
+		time.Sleep(time.Second)
+	}
+}
