@@ -2,6 +2,7 @@ package vlan
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
@@ -43,5 +44,8 @@ func TestAccessPorts(t *testing.T) {
 	wg.Wait()
 	if !t.Failed() {
 		t.Log("PASS access ports: VLAN 100 across the switch both ways and to the client; VLAN 200 isolated")
+		// The exchanges between the nodes crossed both trunk NICs.
+		t.Logf("PASS uplink per node: %s on %s and %s on %s, from one config.uplink %q",
+			uplinks[0], c.Nodes[0].Name, uplinks[1], c.Nodes[1].Name, strings.Join(uplinks, ","))
 	}
 }

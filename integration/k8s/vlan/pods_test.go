@@ -77,6 +77,26 @@ func createPodWith(t *testing.T, namespace, name string, n *cluster.Node, annota
 	}
 }
 
+// deleteAndWait deletes the pod namespace/name and waits until the API
+// has it no more (its DEL ran: the kubelet removes the object after
+// stopping the sandbox).
+func deleteAndWait(ctx context.Context, namespace, name string) error {
+	path := "/api/v1/namespaces/" + namespace + "/pods/" + name
+	if b, err := api(ctx, "DELETE", path, nil); err != nil && !strings.Contains(string(b), "NotFound") {
+		return err
+	}
+	for {
+		b, err := api(ctx, "GET", path, nil)
+		if err != nil && strings.Contains(string(b), "NotFound") {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("pod %s/%s still there after its deletion: %w", namespace, name, ctx.Err())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // api is cluster.API, its request sent again after an error of the
 // transport until ctx ends: under TCG the apiserver sometimes takes longer
 // than the client's 5 s to answer while pods start. A status outside 2xx
