@@ -1,7 +1,9 @@
 package vm
 
 import (
+	"bytes"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/podwire/podwire/integration/cnitest"
+	"github.com/podwire/podwire/integration/packets"
 	"github.com/podwire/podwire/pkg/vlanbridge"
 )
 
@@ -162,5 +165,38 @@ func TestTwoNodesNoUplinkCandidate(t *testing.T) {
 	ok := a.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"})
 	if err := ok.CheckLast(); err != nil {
 		t.Errorf("CHECK of the VLAN pod on node A: %v", err)
+	}
+}
+
+// TestVLANAddressNodeScope is the control of the kubelet suite's
+// TestVLANAddressClaimAcrossNodes (integration/k8s/vlan): with claimScope
+// "node", as on these agentless nodes, each node checks a vlan-ips
+// address against its own records only, so a pod on node B is wired with
+// the address a pod on node A holds on the same VLAN, and both claim it
+// across the switch (a third pod sees ARP for it from both MACs): the
+// duplicate that the cluster-wide claim (claimScope "cluster", through the
+// agents' ClaimPools) refuses.
+func TestVLANAddressNodeScope(t *testing.T) {
+	require(t, capVLANFiltering)
+	conf := vlanConf(map[string]any{"uplink": "eth1,ens5"})
+	a, b := newNode(t, conf), newNode(t, conf)
+	newSwitch(t, map[*node]string{a: "eth1", b: "ens5"})
+	held := map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.1/24"}
+	pa := a.mustAddPod(held)
+	pb, err := b.addPod(held)
+	if err != nil {
+		t.Fatalf("ADD on node B of the address node A's pod holds, claimScope node: %v (the control needs it wired)", err)
+	}
+	watcher := b.mustAddPod(map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ips": "192.0.2.9/24"})
+	seen := capturePackets(t, watcher.NS, "net1")
+	addr := netip.MustParseAddr("192.0.2.1")
+	for name, p := range map[string]*cnitest.Pod{"A": pa, "B": pb} {
+		if err := packets.SendGratuitousARP(p.NS.Path(), "net1", addr); err != nil {
+			t.Fatal(err)
+		}
+		mac := podMAC(t, p, "net1")
+		mustSee(t, seen, fmt.Sprintf("node %s's pod's ARP for %s from %s", name, addr, mac), func(f []byte) bool {
+			return packets.IsARPFrom(addr)(f) && bytes.Equal(f[22:28], mac)
+		})
 	}
 }

@@ -19,6 +19,10 @@ import (
 // error is that refusal. The holder keeps reaching the client. Once the
 // holder is deleted, a pod on node 2 asking for the same address is
 // wired: the claim, not anything else of the request, is what refused it.
+// The control, the same two pods wired on two nodes when claims are
+// checked per node (claimScope "node"), is the VM suite's
+// TestVLANAddressNodeScope: a helm upgrade to that scope and back costs
+// minutes under TCG.
 func TestVLANAddressClaimAcrossNodes(t *testing.T) {
 	suite.Need(t)
 	ensureNamespace(t, vlanNS)

@@ -99,7 +99,11 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	fmt.Printf("  %-24s %s\n", "podwire", first)
 	fmt.Printf("vm-k8s: podwire installed in %.1fs\n", time.Since(start).Seconds())
-	return releaseTrunk, nil
+	printCPU()
+	return func() {
+		printCPU()
+		releaseTrunk()
+	}, nil
 }
 
 // agentNS is the chart's namespace; release the Helm release, recorded in
