@@ -21,8 +21,9 @@ import (
 //     all of it, are refused: the PodwireRefused Event, read by the
 //     tenant, and the runtime's error name the gate and the holder with
 //     its node, and node 2 holds nothing of them. Without the cluster-wide
-//     claim both would be wired (node 2's records hold no route), as
-//     TestHostileTenant/RouteOverlap's pods were only refused on one node.
+//     claim both are wired (node 2's records hold no route): the control
+//     is the integration suite's TestRoutesNodeScope, two nodes with
+//     claimScope "node" each routing the same prefix to its own router.
 //   - The outside network, routing routedNet to node 1, keeps reaching a
 //     host behind the router.
 //   - Deleting the router frees the prefix for node 2.
