@@ -157,13 +157,12 @@ const release, releaseNS = "podwire", "kube-system"
 // /metrics is on, in the chart's default port, and the agent logs JSON.
 // The agent runs on the nodes labelled agentNodeLabel=on.
 func podwireValues(pinned string) (map[string]any, error) {
-	name, digest, ok := strings.Cut(pinned, "@")
-	i := strings.LastIndex(name, ":")
-	if !ok || i < strings.LastIndex(name, "/") {
-		return nil, fmt.Errorf("image reference %q is not REPOSITORY:TAG@DIGEST", pinned)
+	image, err := cluster.ChartImage(pinned)
+	if err != nil {
+		return nil, err
 	}
 	values := map[string]any{
-		"image": map[string]any{"repository": name[:i], "tag": name[i+1:], "digest": digest},
+		"image": image,
 		"config": map[string]any{
 			"runtimeAnnotations": false,
 			"logFile":            "/var/log/podwire.log",

@@ -166,12 +166,7 @@ func (tn *tenant) deletePod(t *testing.T, namespace, name string) {
 }
 
 // event is what the tests read of a core/v1 Event.
-type event struct {
-	InvolvedObject struct{ Kind, UID string } `json:"involvedObject"`
-	Reason         string                     `json:"reason"`
-	Message        string                     `json:"message"`
-	Source         struct{ Component string } `json:"source"`
-}
+type event = cluster.PodEvent
 
 // podEvents lists, as the tenant, the Events of the pod namespace/name
 // with uid.
@@ -209,16 +204,7 @@ func (tn *tenant) refusedEvents(t *testing.T, namespace, name, uid string) (refu
 		if err != nil {
 			t.Fatal(err)
 		}
-		refused, sandbox = "", nil
-		for _, e := range evs {
-			switch {
-			case e.Reason == "PodwireRefused" && e.Source.Component == "podwire-agent":
-				refused = e.Message
-			case e.Reason == "FailedCreatePodSandBox" && e.Source.Component == "kubelet":
-				sandbox = append(sandbox, e.Message)
-			}
-		}
-		if refused != "" && len(sandbox) > 0 {
+		if refused, sandbox, ok := cluster.Refusal(evs); ok {
 			return refused, sandbox
 		}
 		if time.Now().After(deadline) {

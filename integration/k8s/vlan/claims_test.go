@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
 )
 
@@ -68,10 +69,7 @@ func TestVLANAddressClaimAcrossNodes(t *testing.T) {
 func refusedEvents(t *testing.T, namespace, name string) (refused string, sandbox []string) {
 	t.Helper()
 	var list struct {
-		Items []struct {
-			Reason, Message string
-			Source          struct{ Component string } `json:"source"`
-		} `json:"items"`
+		Items []cluster.PodEvent `json:"items"`
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -84,16 +82,7 @@ func refusedEvents(t *testing.T, namespace, name string) (refused string, sandbo
 		if err := json.Unmarshal(b, &list); err != nil {
 			t.Fatal(err)
 		}
-		refused, sandbox = "", nil
-		for _, e := range list.Items {
-			switch {
-			case e.Reason == "PodwireRefused" && e.Source.Component == "podwire-agent":
-				refused = e.Message
-			case e.Reason == "FailedCreatePodSandBox" && e.Source.Component == "kubelet":
-				sandbox = append(sandbox, e.Message)
-			}
-		}
-		if refused != "" && len(sandbox) > 0 {
+		if refused, sandbox, ok := cluster.Refusal(list.Items); ok {
 			return refused, sandbox
 		}
 		if time.Now().After(deadline) {

@@ -122,13 +122,12 @@ const vlanNS = "vlan-a"
 // forwarding pods in vlanNS, and the apiserver's address (the
 // cluster runs no kube-proxy, so the kubernetes Service is not there).
 func values() (map[string]any, error) {
-	name, digest, ok := strings.Cut(podwirePinned, "@")
-	i := strings.LastIndex(name, ":")
-	if !ok || i < strings.LastIndex(name, "/") {
-		return nil, fmt.Errorf("image reference %q is not REPOSITORY:TAG@DIGEST", podwirePinned)
+	image, err := cluster.ChartImage(podwirePinned)
+	if err != nil {
+		return nil, err
 	}
 	return map[string]any{
-		"image": map[string]any{"repository": name[:i], "tag": name[i+1:], "digest": digest},
+		"image": image,
 		"config": map[string]any{
 			"runtimeAnnotations": false,
 			"uplink":             strings.Join(uplinks, ","),
