@@ -123,8 +123,9 @@ func inNode(t *testing.T, n *cluster.Node, what string, f func() error) {
 }
 
 // waitNode waits up to 5 s for cond to hold in node n's netns: the
-// agent repairs 100 ms after the kernel's notification (about 0.2 s in
-// the VM suite), and TCG makes that slower, not seconds.
+// agent repairs 100 ms after the kernel's notification; TCG slows that
+// down, but a repair that waits for a backstop or an unrelated trigger
+// takes longer than the bound.
 func waitNode(t *testing.T, n *cluster.Node, what string, cond func() error) {
 	t.Helper()
 	start := time.Now()

@@ -38,9 +38,9 @@ func ensureNamespace(t *testing.T, name string) {
 
 // createPod creates a pod with annotations on node n through the API,
 // without waiting for it, and deletes it when the test ends, without
-// waiting for it to go either (some 20 s under TCG, while the next test's
-// pods start; the tests' addresses are all different). Its one container
-// runs the pause image.
+// waiting for it to go either: it goes while the next test's pods start,
+// and the tests' addresses are all different. Its one container runs the
+// pause image.
 func createPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) {
 	t.Helper()
 	createPodWith(t, namespace, name, n, annotations,
@@ -112,8 +112,8 @@ func api(ctx context.Context, method, path string, body []byte) ([]byte, error) 
 	}
 }
 
-// runPod is createPod, then waits until the pod is Ready (each pod start
-// is 10-20 s under TCG) and finds its netns.
+// runPod is createPod, then waits until the pod is Ready and finds its
+// netns.
 func runPod(t *testing.T, namespace, name string, n *cluster.Node, annotations map[string]string) *pod {
 	t.Helper()
 	createPod(t, namespace, name, n, annotations)
