@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/podwire/podwire/pkg/agentapi"
+	"github.com/podwire/podwire/pkg/podmeta"
 )
 
 var (
@@ -142,11 +143,13 @@ func (p *Pods) get(ctx context.Context, namespace, name string) (*metav1.Partial
 	return nil, nil
 }
 
-// podwireAnnotations is the podwire.io/* subset of ann (nil when none).
+// podwireAnnotations is the subset of ann the plugin reads (nil when
+// none): the podwire.io/* annotations, and Multus's network selection,
+// whose interface names the plugin's VLAN interface must not take.
 func podwireAnnotations(ann map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range ann {
-		if strings.HasPrefix(k, podwirePrefix) {
+		if strings.HasPrefix(k, podwirePrefix) || k == podmeta.AnnotationMultusNetworks {
 			if out == nil {
 				out = map[string]string{}
 			}

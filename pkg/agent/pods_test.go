@@ -50,11 +50,13 @@ func (a *apiPods) client(t *testing.T) *metadatafake.FakeMetadataClient {
 
 // TestPodsNarrow: the agent answers only for its own node's pods (a pod
 // of another node, which the informer never lists, is refused on a miss
-// as well), only with podwire.io/* annotations, and only with a UID.
+// as well), only with podwire.io/* annotations and Multus's network
+// selection, and only with a UID.
 func TestPodsNarrow(t *testing.T) {
 	mine := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "nf", Name: "mine", UID: "u-mine", Annotations: map[string]string{
-			"podwire.io/forwarding": "true", "example.com/api-token": "secret", "kubectl.kubernetes.io/last-applied-configuration": "{}"}}}
+			"podwire.io/forwarding": "true", "example.com/api-token": "secret", "kubectl.kubernetes.io/last-applied-configuration": "{}",
+			"k8s.v1.cni.cncf.io/networks": "nf/macvlan-a"}}}
 	theirs := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "nf", Name: "theirs", UID: "u-theirs", Annotations: map[string]string{
 			"podwire.io/forwarding": "true"}}}
@@ -66,8 +68,8 @@ func TestPodsNarrow(t *testing.T) {
 	if r.Code != 0 || reason != "" {
 		t.Fatalf("this node's pod: %+v (%s)", r, reason)
 	}
-	if len(r.Annotations) != 1 || r.Annotations["podwire.io/forwarding"] != "true" {
-		t.Errorf("annotations answered %v, want only podwire.io/forwarding", r.Annotations)
+	if len(r.Annotations) != 2 || r.Annotations["podwire.io/forwarding"] != "true" || r.Annotations["k8s.v1.cni.cncf.io/networks"] != "nf/macvlan-a" {
+		t.Errorf("annotations answered %v, want only podwire.io/forwarding and k8s.v1.cni.cncf.io/networks", r.Annotations)
 	}
 	if want := "metadata.name=mine,spec.nodeName=worker-1"; len(api.selectors) != 1 || api.selectors[0] != want {
 		t.Errorf("the API was asked %q, want one LIST with %q", api.selectors, want)

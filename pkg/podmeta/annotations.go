@@ -55,6 +55,11 @@ type Annotations struct {
 	// VRRP are the virtual routers the pod may act as on its access VLAN
 	// (podwire.io/vrrp, vrrp.go).
 	VRRP []vrrp.Group
+	// Multus are the pod's additional networks under Multus
+	// (AnnotationMultusNetworks), whose interface names the VLAN interface
+	// must not take; nil when the annotation is absent or one Multus
+	// refuses itself.
+	Multus []MultusAttachment
 }
 
 // WantsVLAN reports whether the pod asks for a VLAN attachment.
@@ -114,6 +119,9 @@ func ParseAnnotations(raw map[string]string) (*Annotations, error) {
 	}
 	if a.VRRP, err = parseVRRP(raw, a.VLAN); err != nil {
 		return nil, err
+	}
+	if v, ok := raw[AnnotationMultusNetworks]; ok {
+		a.Multus, _ = MultusAttachments(v)
 	}
 	if (len(a.VLANIPs) > 0 || a.VLANIfName != "") && !a.WantsVLAN() {
 		key := AnnotationVLANIPs

@@ -119,6 +119,17 @@ func TestPlanAttachment(t *testing.T) {
 		{name: "VLAN name clash", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{NamesErr: errors.New("net1 exists")}}, wantErr: "clash"},
 		{name: "VLAN interface named like the primary", conf: planConf,
 			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "eth0"}, wantErr: "clashes with the pod's primary"},
+		{name: "VLAN interface named like a Multus attachment", conf: planConf,
+			ann:     map[string]string{"podwire.io/vlan": "100", "k8s.v1.cni.cncf.io/networks": "nf/macvlan-a"},
+			wantErr: `podIfName "net1" clashes with the interface Multus gives the pod's network "nf/macvlan-a"`},
+		{name: "VLAN interface beside Multus attachments", conf: planConf,
+			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "vlan0",
+				"k8s.v1.cni.cncf.io/networks": `[{"name":"macvlan-a"},{"name":"b","interface":"vlan1"}]`},
+			check: func(t *testing.T, p *attachmentPlan) {
+				if v := p.rec.VLAN; v == nil || v.PodIfName != "vlan0" {
+					t.Errorf("VLAN: %+v", v)
+				}
+			}},
 		{name: "bridge name taken by another link", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{BridgeType: "dummy"}}, wantErr: "not a bridge"},
 		{name: "foreign bridge without VLAN filtering", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{BridgeType: "bridge"}}, wantErr: "no VLAN filtering"},
 		{name: "uplink with a global address", conf: strings.Replace(planConf, `"name":"n"`, `"name":"n","uplink":"eth1"`, 1),

@@ -45,6 +45,13 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"%s %q clashes with the pod's primary interface %q", key, ifName, in.ifName), "")
 	}
+	for _, m := range ann.Multus {
+		if m.Interface == ifName {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+				"%s %q clashes with the interface Multus gives the pod's network %q (%s): set %s, or an interface for that network",
+				key, ifName, m.Network, podmeta.AnnotationMultusNetworks, podmeta.AnnotationVLANIfName), "")
+		}
+	}
 	v := &state.VLANAttachment{
 		Bridge:    in.conf.Bridge,
 		HostVeth:  vlanbridge.HostVethName(in.containerID, in.ifName),
