@@ -111,6 +111,11 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Every Node's updates, whole: in protobuf (ProtobufConfig says why).
+	nodesCore, err := v1.NewForConfig(agent.ProtobufConfig(cfg))
+	if err != nil {
+		return err
+	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -135,7 +140,7 @@ func run(logp **slog.Logger) error {
 		Timing:  agent.Timing{Interval: *interval, RepairInterval: *repairInterval},
 		Taint:   agent.Taint{Key: *startupTaint, Effect: corev1.TaintEffect(*taintEffect), Nodes: core},
 		Cluster: agent.ClusterWatch{
-			Nodes:     agent.NewClusterNodes(core.RESTClient(), *stateDir, 10*time.Minute),
+			Nodes:     agent.NewClusterNodes(nodesCore.RESTClient(), *stateDir, 10*time.Minute),
 			Claims:    agent.NewClaims(dyn, *node, log),
 			Uninstall: un,
 		},

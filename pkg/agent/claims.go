@@ -140,25 +140,41 @@ func NewClaims(dyn dynamic.Interface, node string, log *slog.Logger) *Claims {
 // of node; an error until the informer has listed it once, or when the pool
 // does not decode.
 func (c *Claims) RouteHeld(node string, p netip.Prefix) (bool, error) {
+	held, err := c.routeHolders()
+	return held[routeHolder{node: node, prefix: p.Masked().String()}], err
+}
+
+// routeHolder is a route entry of the ClaimPool routes: a prefix
+// (canonical CIDR) and the node of the pod holding it.
+type routeHolder struct{ node, prefix string }
+
+// routeHolders is every route entry of the ClaimPool routes, decoded once
+// for a pass over every remote route (the pool holds the whole cluster's);
+// an error until the informer has listed it once, or when the pool does
+// not decode. Without a pool, none.
+func (c *Claims) routeHolders() (map[routeHolder]bool, error) {
 	if !c.routes.HasSynced() {
-		return false, errors.New("ClaimPool routes not read yet")
+		return nil, errors.New("ClaimPool routes not read yet")
 	}
 	o, ok, err := c.routes.GetStore().GetByKey(routesPool)
 	if err != nil || !ok {
-		return false, err
+		return nil, err
 	}
 	u, isU := o.(*unstructured.Unstructured)
 	if !isU {
-		return false, fmt.Errorf("ClaimPool routes is a %T", o)
+		return nil, fmt.Errorf("ClaimPool routes is a %T", o)
 	}
 	pool, err := decodePool(u)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	v := p.Masked().String()
-	return slices.ContainsFunc(pool.Spec.Entries, func(e claimEntry) bool {
-		return e.Kind == agentapi.ClaimRoute && e.Value == v && e.Node == node
-	}), nil
+	held := map[routeHolder]bool{}
+	for _, e := range pool.Spec.Entries {
+		if e.Kind == agentapi.ClaimRoute {
+			held[routeHolder{node: e.Node, prefix: e.Value}] = true
+		}
+	}
+	return held, nil
 }
 
 // claimBackoff spaces the retries of a claim that lost a race (a Conflict):

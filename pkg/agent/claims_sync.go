@@ -166,13 +166,13 @@ func (a *Agent) heldRoutes(want []forwarding.RemoteRoute, skipped []string) ([]f
 	if a.cfg.Cluster.Claims == nil {
 		return want, skipped
 	}
+	held, err := a.cfg.Cluster.Claims.routeHolders()
 	kept := want[:0:0]
 	for _, r := range want {
-		held, err := a.cfg.Cluster.Claims.RouteHeld(r.Node, r.Dst)
 		switch {
 		case err != nil:
 			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", r.Dst, r.Node, err))
-		case !held:
+		case !held[routeHolder{node: r.Node, prefix: r.Dst.Masked().String()}]:
 			skipped = append(skipped, fmt.Sprintf("%s of node %s: not held by a pod of that node in ClaimPool %s", r.Dst, r.Node, routesPool))
 		default:
 			kept = append(kept, r)

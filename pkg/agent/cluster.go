@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -24,9 +25,13 @@ import (
 // addresses and the prefixes each node's forwarding pods serve
 // (NodeRoutesAnnotation, which routes.go also routes to). It is the
 // agent's one informer that is not metadata-only, since podCIDRs live in
-// the spec; a transform keeps nothing of a Node but
-// its name and those fields, so the cache costs a few hundred bytes per
-// node. RBAC: list and watch nodes, which the agent already has.
+// the spec and the addresses in the status: its client speaks protobuf
+// (ProtobufConfig), and a transform keeps nothing of a Node but its name
+// and those fields, so the cache costs a few hundred bytes per node
+// whatever the Nodes weigh. What a pass computes from it is kept until the
+// informer delivers a change of those fields (Accepted, nodeRanges), so a
+// kubelet's status report costs its decoding only. RBAC: list and watch
+// nodes, which the agent already has.
 //
 // What a Node publishes is written by whoever may patch that Node (its
 // kubelet, under NodeRestriction, annotates and addresses its own Node),
@@ -42,6 +47,18 @@ type ClusterNodes struct {
 
 	mu       sync.Mutex
 	accepted acceptedCache
+	ranges   rangesCache
+}
+
+// rangesCache is the every-Node part of Ranges (pod CIDRs and node IPs,
+// sorted and without duplicates) and the generation it was computed at:
+// the egress reconciler asks for it at every pass, and only a change of
+// the Nodes' data changes it.
+type rangesCache struct {
+	valid             bool
+	gen               uint64
+	nodes             int
+	podCIDRs, nodeIPs []netip.Prefix
 }
 
 // acceptedCache is Accepted's last answer and what it was computed from.
@@ -57,10 +74,27 @@ type acceptedCache struct {
 }
 
 // NewClusterNodes builds the informer over core, a REST client of the
-// core/v1 API group (the typed CoreV1 client's RESTClient()); Run starts it.
+// core/v1 API group (the typed CoreV1 client's RESTClient(), built from
+// ProtobufConfig); Run starts it.
 func NewClusterNodes(core rest.Interface, stateDir string, resync time.Duration) *ClusterNodes {
 	lw := cache.NewListWatchFromClient(core, "nodes", metav1.NamespaceAll, fields.Everything())
 	return newClusterNodes(lw, stateDir, resync)
+}
+
+// ProtobufConfig is a copy of cfg whose clients ask for and send
+// Kubernetes' protobuf encoding (application/vnd.kubernetes.protobuf), JSON
+// accepted as a fallback. The Node informer is the one that cannot be
+// metadata-only: every agent receives every Node's every update (the
+// kubelets' status reports among them) whole, and in protobuf each costs
+// the apiserver, the wire and the agent's decoding about half of JSON's
+// bytes and a fraction of its CPU. The apiserver's watch cache encodes an
+// event once per encoding, whatever the number of watchers. Custom
+// resources (ClaimPool) have no protobuf encoding: their clients keep cfg.
+func ProtobufConfig(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return c
 }
 
 func newClusterNodes(lw cache.ListerWatcher, stateDir string, resync time.Duration) *ClusterNodes {
@@ -138,13 +172,21 @@ func (c *ClusterNodes) Synced() bool { return c.informer.HasSynced() }
 
 // nodes is the cached Nodes, by name.
 func (c *ClusterNodes) nodes() []*corev1.Node {
-	var out []*corev1.Node
-	for _, o := range c.informer.GetStore().List() {
+	out := c.anyOrder()
+	slices.SortFunc(out, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// anyOrder is the cached Nodes in the store's order, for what sorts its
+// own results.
+func (c *ClusterNodes) anyOrder() []*corev1.Node {
+	objs := c.informer.GetStore().List()
+	out := make([]*corev1.Node, 0, len(objs))
+	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok {
 			out = append(out, n)
 		}
 	}
-	slices.SortFunc(out, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -154,22 +196,39 @@ func (c *ClusterNodes) nodes() []*corev1.Node {
 // the other Nodes publish that pass the bounds (Accepted) with local, the
 // routes of this node's own records.
 func (c *ClusterNodes) Ranges(self string, local []netip.Prefix, bounds func() ([]netip.Prefix, error)) nodetables.Cluster {
-	var out nodetables.Cluster
-	for _, n := range c.nodes() {
-		out.Nodes++
-		out.PodCIDRs = append(out.PodCIDRs, nodePodCIDRs(n)...)
-		out.NodeIPs = append(out.NodeIPs, nodeIPs(n)...)
-	}
+	out := c.nodeRanges()
 	accepted, _ := c.Accepted(self, bounds)
 	out.Routes = slices.Clone(local)
 	for _, p := range accepted {
 		out.Routes = append(out.Routes, p.Prefix)
 	}
-	for _, ps := range []*[]netip.Prefix{&out.PodCIDRs, &out.NodeIPs, &out.Routes} {
-		slices.SortFunc(*ps, comparePrefix)
-		*ps = slices.Compact(*ps)
-	}
+	slices.SortFunc(out.Routes, comparePrefix)
+	out.Routes = slices.Compact(out.Routes)
 	return out
+}
+
+// nodeRanges is Ranges without the routes: every Node's pod CIDRs and node
+// IPs, sorted and compacted, computed again only after a change of the
+// Nodes' data. The slices are shared: callers must not change them.
+func (c *ClusterNodes) nodeRanges() nodetables.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen := c.gen.Load()
+	rc := &c.ranges
+	if !rc.valid || rc.gen != gen {
+		var podCIDRs, nodeIPList []netip.Prefix
+		nodes := c.anyOrder()
+		for _, n := range nodes {
+			podCIDRs = append(podCIDRs, nodePodCIDRs(n)...)
+			nodeIPList = append(nodeIPList, nodeIPs(n)...)
+		}
+		for _, ps := range []*[]netip.Prefix{&podCIDRs, &nodeIPList} {
+			slices.SortFunc(*ps, comparePrefix)
+			*ps = slices.Compact(*ps)
+		}
+		*rc = rangesCache{valid: true, gen: gen, nodes: len(nodes), podCIDRs: podCIDRs, nodeIPs: nodeIPList}
+	}
+	return nodetables.Cluster{Nodes: rc.nodes, PodCIDRs: rc.podCIDRs, NodeIPs: rc.nodeIPs}
 }
 
 func nodePodCIDRs(n *corev1.Node) []netip.Prefix {
@@ -297,6 +356,7 @@ func acceptPrefixes(nodes []*corev1.Node, self string, bounds []netip.Prefix, bo
 	for _, n := range nodes {
 		podCIDRs = append(podCIDRs, nodePodCIDRs(n)...)
 	}
+	overlapsPodCIDR := newPrefixIndex(podCIDRs).overlaps
 	for _, n := range nodes {
 		if k := len(n.Status.Addresses); k > MaxNodeAddresses {
 			refused = append(refused, fmt.Sprintf("node %s: %d InternalIP addresses, over the cap of %d: the first %d used", n.Name, k, MaxNodeAddresses, MaxNodeAddresses))
@@ -325,7 +385,7 @@ func acceptPrefixes(nodes []*corev1.Node, self string, bounds []netip.Prefix, bo
 				why = "forwarding.routablePrefixes unknown: " + boundsErr
 			case !insideAny(bounds, p):
 				why = fmt.Sprintf("outside forwarding.routablePrefixes %v", bounds)
-			case slices.ContainsFunc(podCIDRs, p.Overlaps):
+			case overlapsPodCIDR(p):
 				why = "overlaps a pod CIDR"
 			}
 			if why != "" {
@@ -346,6 +406,61 @@ func acceptPrefixes(nodes []*corev1.Node, self string, bounds []netip.Prefix, bo
 		}
 	}
 	return out, refused
+}
+
+// prefixIndex answers whether a prefix overlaps any of a set of prefixes
+// in O(L log N) for N prefixes of L distinct lengths (a cluster's pod
+// CIDRs have one or two: a /24, a /64), where a scan of the set costs
+// O(N) per prefix asked and every Node's published prefixes are asked.
+type prefixIndex struct {
+	// byBits holds, per prefix length, the set's network addresses of
+	// that length, sorted.
+	byBits map[int][]netip.Addr
+}
+
+func newPrefixIndex(ps []netip.Prefix) prefixIndex {
+	x := prefixIndex{byBits: map[int][]netip.Addr{}}
+	for _, p := range ps {
+		p = p.Masked()
+		x.byBits[p.Bits()] = append(x.byBits[p.Bits()], p.Addr())
+	}
+	for b, as := range x.byBits {
+		slices.SortFunc(as, netip.Addr.Compare)
+		x.byBits[b] = slices.Compact(as)
+	}
+	return x
+}
+
+// overlaps reports whether p overlaps a prefix of the set: one of length
+// L <= p's holds p's address masked to L; one longer starts inside p.
+func (x prefixIndex) overlaps(p netip.Prefix) bool {
+	p = p.Masked()
+	last := lastAddr(p)
+	for bits, as := range x.byBits {
+		if bits <= p.Bits() {
+			if q, err := p.Addr().Prefix(bits); err == nil {
+				if _, found := slices.BinarySearchFunc(as, q.Addr(), netip.Addr.Compare); found {
+					return true
+				}
+			}
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(as, p.Addr(), netip.Addr.Compare)
+		if i < len(as) && as[i].BitLen() == last.BitLen() && as[i].Compare(last) <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// lastAddr is the last address of the masked prefix p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 // insideAny reports whether p lies inside one of bounds.

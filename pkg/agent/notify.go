@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/podwire/podwire/pkg/forwarding"
 )
 
 // kernelWatch is the agent's subscriptions to the kernel's notifications,
@@ -141,6 +143,8 @@ func (a *Agent) subscribeEnv(ctx context.Context) error {
 		return fmt.Errorf("no address or route notifications (a change of the node's egress IPs or uplinks is seen by the backstop only): %w", err)
 	}
 	a.tables.kernel.env.Store(true)
+	// A route change may have gone unseen before this subscription.
+	a.memo.routes.hops.fibChanged()
 	go func() {
 		defer cancel()
 		for {
@@ -151,11 +155,16 @@ func (a *Agent) subscribeEnv(ctx context.Context) error {
 					a.run.trigger(recNotify, 0)
 					return
 				}
-			case _, ok := <-routes:
+			case u, ok := <-routes:
 				if !ok {
 					a.tables.kernel.env.Store(false)
 					a.run.trigger(recNotify, 0)
 					return
+				}
+				// The next hops toward other nodes follow the
+				// node's routes, but not the agent's own.
+				if u.Protocol != forwarding.ProtoRemote {
+					a.memo.routes.hops.fibChanged()
 				}
 			}
 			a.run.trigger(recEnv, envSettle)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,6 +106,49 @@ type routeSync struct {
 	syncedAt    time.Time
 	// bounds is routableBounds' memory.
 	bounds boundsMemo
+	// hops is the next hops resolved since the node's routes last changed.
+	hops nextHops
+}
+
+// nextHops caches this node's next hop toward each other node's pod CIDR
+// (forwarding.NextHopTo, two netlink requests each), so that a pass after
+// one Node's change resolves that Node's only, not every publishing
+// Node's again. The node's FIB decides a next hop: the route
+// notifications (notify.go) bump fib on any route change that is not the
+// agent's own ProtoRemote, and the next pass drops every cached hop.
+type nextHops struct {
+	fib atomic.Uint64
+	// Of the runner's goroutine:
+	gen      uint64 // fib when byTarget was started
+	byTarget map[netip.Addr]nextHop
+}
+
+type nextHop struct {
+	gw  netip.Addr
+	dev string
+}
+
+// fibChanged says that the node's routes changed (a route notification
+// other than of the agent's ProtoRemote routes); safe from any goroutine.
+func (h *nextHops) fibChanged() { h.fib.Add(1) }
+
+// resolver is the next-hop lookup of one pass: cached answers while the
+// FIB is unchanged since they were resolved, resolve's otherwise. Failures
+// are not cached: they are asked again at the next pass.
+func (h *nextHops) resolver(resolve func(netip.Addr) (netip.Addr, string, error)) func(netip.Addr) (netip.Addr, string, error) {
+	if g := h.fib.Load(); h.byTarget == nil || g != h.gen {
+		h.gen, h.byTarget = g, map[netip.Addr]nextHop{}
+	}
+	return func(target netip.Addr) (netip.Addr, string, error) {
+		if nh, ok := h.byTarget[target]; ok {
+			return nh.gw, nh.dev, nil
+		}
+		gw, dev, err := resolve(target)
+		if err == nil {
+			h.byTarget[target] = nextHop{gw: gw, dev: dev}
+		}
+		return gw, dev, err
+	}
 }
 
 // resyncEvery bounds how long a remote route removed or changed by hand
@@ -210,10 +254,11 @@ func readRoutableBounds(conflist string) ([]netip.Prefix, error) {
 // remoteRoutes is what this node routes toward other nodes' forwarding
 // pods: each prefix another Node publishes that passes the bounds
 // (ClusterNodes.Accepted), via this node's next hop to that Node's pod
-// CIDR of the prefix's family. An accepted prefix is still left out, with
+// CIDR of the prefix's family, as nextHop resolves it (forwarding.NextHopTo,
+// or a cache of it). An accepted prefix is still left out, with
 // a reason, when it is served on this node too (the local route wins) or
 // another node published it first (by name).
-func (c *ClusterNodes) remoteRoutes(accepted []NodePrefix, local []netip.Prefix) (want []forwarding.RemoteRoute, skipped []string) {
+func (c *ClusterNodes) remoteRoutes(accepted []NodePrefix, local []netip.Prefix, nextHop func(netip.Addr) (netip.Addr, string, error)) (want []forwarding.RemoteRoute, skipped []string) {
 	taken := map[netip.Prefix]string{}
 	for _, p := range local {
 		taken[p] = "this node"
@@ -233,7 +278,7 @@ func (c *ClusterNodes) remoteRoutes(accepted []NodePrefix, local []netip.Prefix)
 			skipped = append(skipped, fmt.Sprintf("%s of node %s: the node has no pod CIDR of its family", p, node))
 			continue
 		}
-		gw, dev, err := forwarding.NextHopTo(target)
+		gw, dev, err := nextHop(target)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("%s of node %s: %v", p, node, err))
 			continue
@@ -256,14 +301,17 @@ func podCIDROf(n *corev1.Node, v4 bool) (netip.Addr, bool) {
 }
 
 // reconcileRoutes publishes this node's forwarded routes and routes the
-// other nodes'; changes are logged. The next hops are resolved again only
-// when the accepted prefixes or the local ones changed, or every
-// resyncEvery. Other Nodes' data that the bounds refuse is a finding ("node
-// data"), not a failure: a retry would refuse it again.
+// other nodes'; changes are logged. The routes are synced only when the
+// accepted prefixes, the local ones or the ClaimPool changed, or every
+// resyncEvery; a next hop is resolved again only after the node's routes
+// changed (nextHops), so a pass costs the routes' dump and what changed,
+// not a lookup per publishing Node. Other Nodes' data that the bounds
+// refuse is a finding ("node data"), not a failure: a retry would refuse
+// it again.
 //
 // Triggers: a record written or removed (stateDir), a change of the
 // cluster's Nodes or of the routes' ClaimPool; resyncEvery as a backstop
-// (a route removed or changed by hand).
+// (a route removed or changed by hand, a next hop changed).
 func (a *Agent) reconcileRoutes(ctx context.Context) error {
 	local, err := a.publishRoutes(ctx)
 	if err != nil {
@@ -282,7 +330,7 @@ func (a *Agent) reconcileRoutes(ctx context.Context) error {
 	if slices.Equal(accepted, rs.accepted) && slices.Equal(local, rs.appliedLocal) && held == rs.heldVersion && time.Since(rs.syncedAt) < resyncEvery {
 		return err
 	}
-	want, skipped := a.heldRoutes(nodes.remoteRoutes(accepted, local))
+	want, skipped := a.heldRoutes(nodes.remoteRoutes(accepted, local, rs.hops.resolver(forwarding.NextHopTo)))
 	added, deleted, syncErr := forwarding.SyncRemoteRoutes(want)
 	if syncErr == nil {
 		rs.accepted, rs.appliedLocal, rs.heldVersion, rs.syncedAt = accepted, local, held, time.Now()

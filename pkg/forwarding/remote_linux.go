@@ -75,11 +75,18 @@ func SyncRemoteRoutes(want []RemoteRoute) (added, deleted []string, err error) {
 		}
 	}
 	keep := map[string]bool{}
+	// One lookup per device: the routes toward every other node share a
+	// few (flannel's vxlan device, the uplink).
+	links := map[string]netlink.Link{}
 	for _, w := range want {
-		l, err := netlinksafe.LinkByName(w.Dev)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("route %s: %w", w, err))
-			continue
+		l, ok := links[w.Dev]
+		if !ok {
+			var err error
+			if l, err = netlinksafe.LinkByName(w.Dev); err != nil {
+				errs = append(errs, fmt.Errorf("route %s: %w", w, err))
+				continue
+			}
+			links[w.Dev] = l
 		}
 		nr := &netlink.Route{
 			LinkIndex: l.Attrs().Index,
