@@ -34,6 +34,10 @@ RUNC_VERSION := v1.5.2
 CONTAINERD_DIR := $(CURDIR)/.cache/containerd-$(CONTAINERD_VERSION)
 RUNC_BIN := $(CURDIR)/.cache/runc-$(RUNC_VERSION)/runc
 RUNTIME_ENV = PODWIRE_CONTAINERD_DIR=$(CONTAINERD_DIR) PODWIRE_RUNC=$(RUNC_BIN)
+# Multus thick, which TestMultus of the multi-node suite installs
+# (scripts/multus-build.sh).
+MULTUS_VERSION := v4.2.2
+MULTUS_DIR := $(CURDIR)/.cache/multus-$(MULTUS_VERSION)
 # The helm CLI the multi-node suite installs, upgrades and uninstalls the
 # chart with: the release tools/chart renders with (its go.mod).
 HELM_VERSION := v3.22.0
@@ -71,7 +75,7 @@ MKIMAGE := $(CURDIR)/bin/mkimage
 # paths inside the integration module (./x/).
 in-integration = $(patsubst integration/%,./%,$(patsubst ./integration/%,./%,$(1)))
 
-.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-vm-k8s test-e2e test-k8s test-conformance bench-k8s demo bench lint manifests fuzz clean
+.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-vm-k8s test-e2e test-k8s test-conformance bench-k8s bench-scale demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -160,10 +164,11 @@ k8s-bins: runtime-bins
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
 	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
 	scripts/coredns-build.sh $(COREDNS_VERSION) $(CURDIR)/.cache
+	scripts/multus-build.sh $(MULTUS_VERSION) $(K8S_VERSION) $(CURDIR)/.cache
 
 # The environment of the Kubernetes suites: the builds of k8s-bins (and
 # runtime-bins) and the agent's images.
-K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
 # The single-node and the multi-node suites run at once (-p 2): each
 # cluster is private to its run, and the first ends while the second sets
@@ -194,6 +199,26 @@ bench-k8s: deps image image-upgrade tools k8s-bins
 		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) \
 		PODWIRE_K8S_MEMORY=1 PODWIRE_K8S_MEMORY_OUT=$(CURDIR)/.cache/bench-bin/agent-memory.txt \
 		$(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations)$$' ./k8s/multinode/
+
+# The scale bench (integration/k8s/scale): kwok's controller (built by
+# scripts/kwok-build.sh into .cache) keeps SCALE_SIZES fake Nodes, with pod
+# CIDRs, addresses, a tenth publishing podwire.io/routes, and their pods,
+# beside a two-node cluster whose real agents are measured. It writes
+# .cache/bench-bin/scale.txt and, from it, its section of
+# docs/benchmarks.md (make bench keeps the section from the same file);
+# figures only, not part of make test.
+KWOK_VERSION := v0.8.0
+KWOK_DIR := $(CURDIR)/.cache/kwok-$(KWOK_VERSION)
+SCALE_SIZES ?= 1000,2000,5000
+SCALE_PODS ?= 30
+bench-scale: deps build tools k8s-bins
+	scripts/kwok-build.sh $(KWOK_VERSION) $(CURDIR)/.cache
+	mkdir -p .cache/bench-bin
+	$(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_AGENT_BIN=$(CURDIR)/bin/podwire-agent \
+		PODWIRE_KWOK=$(KWOK_DIR) PODWIRE_SCALE_SIZES=$(SCALE_SIZES) PODWIRE_SCALE_PODS=$(SCALE_PODS) \
+		PODWIRE_SCALE_OUT=$(CURDIR)/.cache/bench-bin/scale.txt \
+		$(GO) -C integration test -count=1 -v -timeout 30m -run '^TestScale$$' ./k8s/scale/
+	$(GO) -C integration run ./bench/report -section scale -into $(CURDIR)/docs/benchmarks.md $(CURDIR)/.cache/bench-bin/scale.txt
 
 demo: deps build tools
 	scripts/demo.sh

@@ -88,6 +88,10 @@ fi
 	if [ -f "$BENCH_BIN/agent-memory.txt" ]; then
 		cat "$BENCH_BIN/agent-memory.txt"
 	fi
+	# The last `make bench-scale` (integration/k8s/scale), "scale-*: value".
+	if [ -f "$BENCH_BIN/scale.txt" ]; then
+		cat "$BENCH_BIN/scale.txt"
+	fi
 } >>"$raw"
 mkdir -p "$(dirname "$out")"
 $GO -C integration run ./bench/report "$raw" >"$out"

@@ -27,3 +27,22 @@ func TestWithin(t *testing.T) {
 		}
 	}
 }
+
+// TestSpliceText: a section replaces what stands between its markers and
+// nothing else; a document without them gets it at its end.
+func TestSpliceText(t *testing.T) {
+	begin, end := markers("scale")
+	sec := begin + "\nnew\n" + end
+	doc := "# head\n\n" + begin + "\nold\n" + end + "\n\n## tail\n"
+	got, err := spliceText(doc, "scale", "\n"+sec+"\n")
+	if want := "# head\n\n" + sec + "\n\n## tail\n"; err != nil || got != want {
+		t.Errorf("spliced %q (%v), want %q", got, err, want)
+	}
+	got, err = spliceText("# head\n", "scale", sec)
+	if want := "# head\n\n" + sec + "\n"; err != nil || got != want {
+		t.Errorf("appended %q (%v), want %q", got, err, want)
+	}
+	if _, err := spliceText(doc, "scale", "no markers"); err == nil {
+		t.Error("a section without its markers spliced")
+	}
+}
