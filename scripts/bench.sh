@@ -7,7 +7,7 @@
 #
 # Environment: BENCH (the -bench regexp, default every benchmark),
 # BENCH_ROUNDS (rounds of each benchmark = pods per arm, default 30),
-# BENCH_LEVELS, BENCH_FOREIGN, BENCH_COMPARE (integration/bench/README.md
+# BENCH_LEVELS, BENCH_NODE_PODS, BENCH_FOREIGN, BENCH_COMPARE (integration/bench/README.md
 # says what they are), BENCH_OUT (default docs/benchmarks.md),
 # BENCH_VM=0 to skip row G's VM run (scripts/vm-test.sh,
 # BenchmarkVLANAttachment, BENCH_VM_ROUNDS rounds, default 20; about 2
@@ -56,6 +56,7 @@ fi
 	echo "nft: $(nft --version 2>/dev/null || echo 'not found')"
 	echo "rounds: ${BENCH_ROUNDS:-30}"
 	echo "levels: ${BENCH_LEVELS:-0,100,1000}" | tr , ' '
+	echo "nodepods: ${BENCH_NODE_PODS:-10,250,1000}" | tr , ' '
 	# the VM's "PODWIRE-VLAN-BENCH rounds=20 ordinary_add_p50_ms=..." as vm-rounds: 20, ...
 	if [ "${BENCH_VM:-1}" != 0 ]; then
 		grep -o 'PODWIRE-VLAN-BENCH .*' "$BENCH_BIN/vm-bench.log" | tail -n 1 | tr ' ' '\n' | sed -n 's/^\(.*\)=/vm-\1: /p' || true

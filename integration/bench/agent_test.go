@@ -43,49 +43,8 @@ func BenchmarkAgent(b *testing.B) {
 		check(b)
 		n.keep(b, a, j)
 	}
-	confDir, binDir := filepath.Join(n.dir, "net.d"), filepath.Join(n.dir, "bin")
-	for _, d := range []string{confDir, binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(confDir, "10-bench.conflist"), a.list.Bytes, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	proc := cmp.Or(os.Getenv("BENCH_AGENT"), filepath.Join(benchBin(), "agentproc"))
-	cmd := exec.Command(proc, "-state-dir", n.stateDir, "-cni-conf-dir", confDir, "-cni-bin-dir", binDir,
-		"-plugin", cmp.Or(os.Getenv("PODWIRE_BIN"), "../../bin/podwire"), "-cpuprofile", os.Getenv("BENCH_AGENT_PROFILE"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	// Started from a thread in the node's netns: the agent runs there.
-	if err := n.NS.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	ready := make(chan bool, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			if s.Text() == "ready" {
-				ready <- true
-			}
-		}
-		close(ready)
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			b.Fatal("agentproc exited before it was ready")
-		}
-	case <-time.After(60 * time.Second):
-		b.Fatal("agentproc not ready within 60 s")
-	}
+	cmd := startAgentProc(b, n, a, os.Getenv("BENCH_AGENT_PROFILE"))
+	defer stopAgentProc(cmd)
 
 	var c *nftables.Conn
 	if err := n.NS.Do(func(ns.NetNS) (err error) { c, err = nftables.New(nftables.AsLasting()); return err }); err != nil {
@@ -181,6 +140,60 @@ func BenchmarkAgent(b *testing.B) {
 		b.ReportMetric(v[(len(v)-1)/2], name+"-p50-ms")
 		b.ReportMetric(v[len(v)-1], name+"-max-ms")
 	}
+}
+
+// startAgentProc starts the agent process (agentproc, BENCH_AGENT) in node
+// n's netns over the conflist of arm a, and returns it once it printed
+// "ready" (60 s at most); profile, when set, is its CPU profile's file.
+func startAgentProc(b *testing.B, n *node, a *arm, profile string) *exec.Cmd {
+	confDir, binDir := filepath.Join(n.dir, "net.d"), filepath.Join(n.dir, "bin")
+	for _, d := range []string{confDir, binDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "10-bench.conflist"), a.list.Bytes, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	proc := cmp.Or(os.Getenv("BENCH_AGENT"), filepath.Join(benchBin(), "agentproc"))
+	cmd := exec.Command(proc, "-state-dir", n.stateDir, "-cni-conf-dir", confDir, "-cni-bin-dir", binDir,
+		"-plugin", cmp.Or(os.Getenv("PODWIRE_BIN"), "../../bin/podwire"), "-cpuprofile", profile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	// Started from a thread in the node's netns: the agent runs there.
+	if err := n.NS.Do(func(ns.NetNS) error { return cmd.Start() }); err != nil {
+		b.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if s.Text() == "ready" {
+				ready <- true
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			stopAgentProc(cmd)
+			b.Fatal("agentproc exited before it was ready")
+		}
+	case <-time.After(60 * time.Second):
+		stopAgentProc(cmd)
+		b.Fatal("agentproc not ready within 60 s")
+	}
+	return cmd
+}
+
+// stopAgentProc ends the agent process (SIGTERM, by its PID) and reaps it.
+func stopAgentProc(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
 }
 
 // podwireSets is the element count of every set of every podwire table,
