@@ -249,7 +249,10 @@ func (cl *clients) setRoute(ctx context.Context, i, gen int) error {
 // startKwok runs kwok's controller in the first node's namespaces (where
 // the admin kubeconfig reaches the apiserver), managing the Nodes labelled
 // kwokLabel with the release's stages (scripts/kwok-build.sh); the
-// returned stop ends it by PID.
+// returned stop ends it by PID. Leases of 120 s are renewed every 30 s,
+// inside the node lifecycle controller's grace period: a kubelet's 40 s
+// (renewed every 10 s) would cost 500 Lease writes a second at 5,000
+// Nodes, a core of this bench's machine, and podwire reads no Lease.
 func startKwok(t *testing.T) func() {
 	dir := env["PODWIRE_KWOK"]
 	log, err := os.Create(filepath.Join(c.Dir, "logs", "kwok.log"))
@@ -259,7 +262,7 @@ func startKwok(t *testing.T) func() {
 	cmd := c.Nodes[0].Command(context.Background(), filepath.Join(dir, "kwok"),
 		"--kubeconfig="+c.AdminKubeconfig, "--config="+filepath.Join(dir, "stages.yaml"),
 		"--manage-all-nodes=false", "--manage-nodes-with-label-selector="+kwokLabel+"="+kwokValue,
-		"--cidr=10.192.0.0/10", "--node-ip=172.31.255.254", "--node-lease-duration-seconds=40")
+		"--cidr=10.192.0.0/10", "--node-ip=172.31.255.254", "--node-lease-duration-seconds=120")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
