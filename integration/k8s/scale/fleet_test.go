@@ -201,7 +201,7 @@ var claimPools = schema.GroupVersionResource{Group: "podwire.io", Version: "v1al
 // claims that the Node's forwarding pods would have made at their ADDs,
 // without which no agent routes a Node's prefix.
 func (cl *clients) writeClaims(ctx context.Context, n int, gens map[int][]int) error {
-	var entries []any
+	entries := []any{}
 	since := time.Now().UTC().Format(time.RFC3339)
 	for i := 0; i < n; i++ {
 		if !publishes(i) {
@@ -250,9 +250,10 @@ func (cl *clients) setRoute(ctx context.Context, i, gen int) error {
 // the admin kubeconfig reaches the apiserver), managing the Nodes labelled
 // kwokLabel with the release's stages (scripts/kwok-build.sh); the
 // returned stop ends it by PID. Leases of 120 s are renewed every 30 s,
-// inside the node lifecycle controller's grace period: a kubelet's 40 s
-// (renewed every 10 s) would cost 500 Lease writes a second at 5,000
-// Nodes, a core of this bench's machine, and podwire reads no Lease.
+// inside the node lifecycle controller's grace period, a third of the
+// Lease writes of a kubelet's 40 s (renewed every 10 s): they load the
+// apiserver and etcd of a small machine in proportion to the Nodes, and
+// podwire reads no Lease.
 func startKwok(t *testing.T) func() {
 	dir := env["PODWIRE_KWOK"]
 	log, err := os.Create(filepath.Join(c.Dir, "logs", "kwok.log"))

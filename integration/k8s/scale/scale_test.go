@@ -117,6 +117,12 @@ func TestScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agents []*agent
+	defer func() {
+		for _, a := range agents {
+			a.stop()
+			a.relay.ln.Close()
+		}
+	}()
 	for _, n := range c.Nodes {
 		r, err := startRelay(n)
 		if err != nil {
@@ -128,11 +134,6 @@ func TestScale(t *testing.T) {
 		}
 		agents = append(agents, a)
 	}
-	defer func() {
-		for _, a := range agents {
-			a.stop()
-		}
-	}()
 	apiPID, err := apiserverPID()
 	if err != nil {
 		t.Fatal(err)
