@@ -316,3 +316,19 @@ func BenchmarkAccepted(b *testing.B) {
 		}
 	}
 }
+
+// TestRangesCached: the every-Node part of Ranges is computed again only
+// after a change the informer's handlers counted.
+func TestRangesCached(t *testing.T) {
+	c := storeNodes(t, testNode("a", "10.244.0.0/24", "10.99.0.11", ""), testNode("b", "10.244.1.0/24", "10.99.0.12", ""))
+	bounds := func() ([]netip.Prefix, error) { return nil, nil }
+	r1, r2 := c.Ranges("a", nil, bounds), c.Ranges("a", nil, bounds)
+	if len(r1.PodCIDRs) != 2 || &r1.PodCIDRs[0] != &r2.PodCIDRs[0] {
+		t.Fatalf("pod CIDRs %v computed again without a change", r2.PodCIDRs)
+	}
+	_ = c.informer.GetStore().Add(testNode("c", "10.244.2.0/24", "10.99.0.13", ""))
+	c.gen.Add(1) // what the informer's handler does
+	if r3 := c.Ranges("a", nil, bounds); r3.Nodes != 3 || len(r3.PodCIDRs) != 3 || len(r3.NodeIPs) != 3 {
+		t.Errorf("after a third Node: %+v", r3)
+	}
+}
