@@ -5,11 +5,11 @@
 // profile, goes in as is. Several files are read as one, a later line
 // winning over an earlier one of the same key.
 //
-// A section of its own (the template's "scale", make bench-scale's) is
-// rendered alone and spliced into the document between its markers, so
-// that a bench that writes one section leaves the others as the last full
-// run wrote them; make bench renders it inside the whole document from the
-// same results file.
+// A section of its own (the template's "scale", make bench-scale's, and
+// "nodescale", BenchmarkNodeScale's) is rendered alone and spliced into
+// the document between its markers, so that a run that measures one
+// section leaves the others as the last full run wrote them; make bench
+// renders both inside the whole document from the same results.
 //
 // Usage: report FILE... > docs/benchmarks.md
 //
