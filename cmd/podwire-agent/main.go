@@ -135,10 +135,11 @@ func run(logp **slog.Logger) error {
 	a := agent.New(agent.Config{
 		Node: *node, ID: *id, StateDir: *stateDir,
 		Version: buildinfo.Version,
-		Chain:   agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode},
-		Serve:   agent.Serve{HealthAddr: *health, MetricsAddr: *metricsAddr},
-		Timing:  agent.Timing{Interval: *interval, RepairInterval: *repairInterval},
-		Taint:   agent.Taint{Key: *startupTaint, Effect: corev1.TaintEffect(*taintEffect), Nodes: core},
+		Chain: agent.Chain{ConfDir: *confDir, HostConfDir: *hostConfDir, BinDir: *binDir, Plugin: *plugin, Entry: e, Mode: *mode,
+			NetworkAttachment: agent.NetworkAttachments(dyn)},
+		Serve:  agent.Serve{HealthAddr: *health, MetricsAddr: *metricsAddr},
+		Timing: agent.Timing{Interval: *interval, RepairInterval: *repairInterval},
+		Taint:  agent.Taint{Key: *startupTaint, Effect: corev1.TaintEffect(*taintEffect), Nodes: core},
 		Cluster: agent.ClusterWatch{
 			Nodes:     agent.NewClusterNodes(nodesCore.RESTClient(), *stateDir, 10*time.Minute),
 			Claims:    agent.NewClaims(dyn, *node, log),

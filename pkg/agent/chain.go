@@ -69,6 +69,12 @@ type Chain struct {
 	// uninstall marker names the node's paths, for the plugin's last DEL.
 	// "" means ConfDir.
 	HostConfDir string
+	// NetworkAttachment reads a NetworkAttachmentDefinition's spec.config
+	// ("" when empty; found false when there is no such object, or no
+	// such resource) for a Multus clusterNetwork that names one (InUse;
+	// NetworkAttachments). nil: the agent reads none, and such a name
+	// resolves to the conf dir's configuration of that name only.
+	NetworkAttachment func(ctx context.Context, namespace, name string) (config string, found bool, err error)
 	// installed is what Plugin and the installed binary were when Sync
 	// last found them equal (Sync only).
 	installed [2]fileStamp

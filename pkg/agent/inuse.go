@@ -1,12 +1,21 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/podwire/podwire/pkg/install"
 )
@@ -37,6 +46,10 @@ type confHead struct {
 	Plugins        []confPlugin      `json:"plugins"`
 	Delegates      []json.RawMessage `json:"delegates"`
 	ClusterNetwork string            `json:"clusterNetwork"`
+	// MultusNamespace is where Multus looks up NetworkAttachmentDefinitions
+	// named by clusterNetwork (multus-cni's multusNamespace; "" is its
+	// default, kube-system).
+	MultusNamespace string `json:"multusNamespace"`
 }
 
 func (h *confHead) isMultus() bool { return slices.Contains(multusTypes, h.Type) }
@@ -64,7 +77,8 @@ func readConfHead(path string) (h confHead, ok bool) {
 // file of ConfDir in libcni's order is conflist (the file Sync keeps
 // podwire in), or a Multus configuration that delegates to a chain with
 // podwire (embedded delegates, or the clusterNetwork multusClusterNetwork
-// resolves). Otherwise it names the file the runtime reads instead.
+// resolves: a file, or a NetworkAttachmentDefinition's config). Otherwise
+// it names what the runtime reads instead.
 func (c *Chain) InUse(conflist string) error {
 	files, err := install.ConfFiles(c.ConfDir)
 	if err != nil {
@@ -88,11 +102,11 @@ func (c *Chain) InUse(conflist string) error {
 			}
 		}
 		if cn := h.ClusterNetwork; cn != "" {
-			d, err := c.multusClusterNetwork(cn, files)
+			d, err := c.multusClusterNetwork(cn, h.MultusNamespace, files)
 			if err != nil {
 				return fmt.Errorf("the runtime reads %s (Multus), whose clusterNetwork podwire cannot follow: %w", f, err)
 			}
-			if dh, ok := readConfHead(d); d == conflist || ok && dh.holdsPodwire() {
+			if d.path == conflist || d.head.holdsPodwire() {
 				return nil
 			}
 			return fmt.Errorf("the runtime reads %s (Multus), whose clusterNetwork %q is %s, which does not chain podwire (podwire is in %s)", f, cn, d, conflist)
@@ -102,51 +116,154 @@ func (c *Chain) InUse(conflist string) error {
 	return fmt.Errorf("the runtime reads no conflist of %s yet", c.ConfDir)
 }
 
-// multusClusterNetwork is the file of the conf dir (in the agent's view,
-// under ConfDir) that Multus runs as the cluster network for its
-// clusterNetwork value cn, as multus-cni's getNetDelegate resolves it:
+// clusterNet is what a Multus clusterNetwork resolves to: a configuration
+// file (path, in the agent's view) or a NetworkAttachmentDefinition's
+// config (nad, "namespace/name"), and its head.
+type clusterNet struct {
+	path, nad string
+	head      confHead
+}
+
+func (d clusterNet) String() string {
+	if d.nad != "" {
+		return "NetworkAttachmentDefinition " + d.nad
+	}
+	return d.path
+}
+
+// DefaultMultusNamespace is where Multus looks up the
+// NetworkAttachmentDefinition a clusterNetwork names, unless its
+// configuration's multusNamespace says otherwise.
+const DefaultMultusNamespace = "kube-system"
+
+// multusClusterNetwork resolves Multus's clusterNetwork value cn as
+// multus-cni's getNetDelegate does, in its order:
+//   - a name: first a NetworkAttachmentDefinition of that name in
+//     namespace (DefaultMultusNamespace when ""), read through
+//     NetworkAttachment: its config, or, when its config is empty, the
+//     configuration of the conf dir of that name; then, without such an
+//     object, the configuration of ConfDir (files, in libcni's order) whose
+//     "name" is cn;
 //   - with a '/', a path: a directory's first configuration (libcni's
 //     order, the first that parses), or the file itself. Paths are
 //     Multus's: the node's (HostConfDir, /etc/cni/net.d) or the thick
 //     daemon's mount of the conf dir (/host/etc/cni/net.d in Multus's
-//     DaemonSet), each mapped to ConfDir (multusPath);
-//   - else a name: Multus first looks for a NetworkAttachmentDefinition
-//     of that name in its namespace, then for the configuration of its
-//     confDir whose "name" it is. The agent reads no
-//     NetworkAttachmentDefinition: it takes the configuration of ConfDir
-//     (files, in libcni's order) of that name, and a
-//     NetworkAttachmentDefinition of the same name, which Multus would
-//     prefer, goes unseen.
-func (c *Chain) multusClusterNetwork(cn string, files []string) (string, error) {
+//     DaemonSet), each mapped to ConfDir (multusPath).
+func (c *Chain) multusClusterNetwork(cn, namespace string, files []string) (clusterNet, error) {
 	if !strings.Contains(cn, "/") {
-		for _, f := range files {
-			if h, ok := readConfHead(f); ok && h.Name == cn && !h.isMultus() {
-				return f, nil
+		if c.NetworkAttachment != nil {
+			if namespace == "" {
+				namespace = DefaultMultusNamespace
+			}
+			nad := namespace + "/" + cn
+			config, found, err := c.networkAttachment(namespace, cn)
+			if err != nil {
+				return clusterNet{}, fmt.Errorf("clusterNetwork %q: NetworkAttachmentDefinition %s: %w", cn, nad, err)
+			}
+			if found && strings.TrimSpace(config) != "" {
+				d := clusterNet{nad: nad}
+				if err := json.Unmarshal([]byte(config), &d.head); err != nil {
+					return clusterNet{}, fmt.Errorf("clusterNetwork %q: NetworkAttachmentDefinition %s: its config is not a CNI configuration: %w", cn, nad, err)
+				}
+				return d, nil
 			}
 		}
-		return "", fmt.Errorf("clusterNetwork %q is the name of no configuration of %s (a NetworkAttachmentDefinition of that name is not read)", cn, c.ConfDir)
+		for _, f := range files {
+			if h, ok := readConfHead(f); ok && h.Name == cn && !h.isMultus() {
+				return clusterNet{path: f, head: h}, nil
+			}
+		}
+		if c.NetworkAttachment == nil {
+			return clusterNet{}, fmt.Errorf("clusterNetwork %q is the name of no configuration of %s (NetworkAttachmentDefinitions are not read)", cn, c.ConfDir)
+		}
+		return clusterNet{}, fmt.Errorf("clusterNetwork %q is the name of no NetworkAttachmentDefinition in %s and of no configuration of %s", cn, namespace, c.ConfDir)
 	}
 	p, ok := c.multusPath(cn)
 	if !ok {
-		return "", fmt.Errorf("clusterNetwork %q lies outside the conf dir %s", cn, c.ConfDir)
+		return clusterNet{}, fmt.Errorf("clusterNetwork %q lies outside the conf dir %s", cn, c.ConfDir)
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("clusterNetwork %q: %w", cn, err)
+		return clusterNet{}, fmt.Errorf("clusterNetwork %q: %w", cn, err)
 	}
 	if !fi.IsDir() {
-		return p, nil
+		h, _ := readConfHead(p)
+		return clusterNet{path: p, head: h}, nil
 	}
 	sub, err := install.ConfFiles(p)
 	if err != nil {
-		return "", fmt.Errorf("clusterNetwork %q: %w", cn, err)
+		return clusterNet{}, fmt.Errorf("clusterNetwork %q: %w", cn, err)
 	}
 	for _, f := range sub {
-		if _, ok := readConfHead(f); ok {
-			return f, nil
+		if h, ok := readConfHead(f); ok {
+			return clusterNet{path: f, head: h}, nil
 		}
 	}
-	return "", fmt.Errorf("clusterNetwork %q is a directory without a configuration", cn)
+	return clusterNet{}, fmt.Errorf("clusterNetwork %q is a directory without a configuration", cn)
+}
+
+// nadTimeout bounds one read of a NetworkAttachmentDefinition: InUse runs
+// in the agent's readiness.
+const nadTimeout = 5 * time.Second
+
+// networkAttachment reads a NetworkAttachmentDefinition through
+// NetworkAttachment, within nadTimeout.
+func (c *Chain) networkAttachment(namespace, name string) (config string, found bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), nadTimeout)
+	defer cancel()
+	return c.NetworkAttachment(ctx, namespace, name)
+}
+
+// nadResource is Multus's NetworkAttachmentDefinition (the Network
+// Plumbing Working Group's multi-net-spec).
+var nadResource = schema.GroupVersionResource{Group: "k8s.cni.cncf.io", Version: "v1", Resource: "network-attachment-definitions"}
+
+// NetworkAttachments is Chain.NetworkAttachment over client: a GET of the
+// object, its spec.config. No such object, or no such resource (Multus's
+// CRD not installed), is found false. When the API does not answer, the
+// last answer for that object stands, so that an apiserver's blip neither
+// makes the node not ready nor brings the startup taint back; with none
+// yet, the error. RBAC: get of network-attachment-definitions in Multus's
+// namespace (the chart's multus.namespace).
+func NetworkAttachments(client dynamic.Interface) func(ctx context.Context, namespace, name string) (string, bool, error) {
+	var mu sync.Mutex
+	last := map[string]nadAnswer{}
+	return func(ctx context.Context, namespace, name string) (string, bool, error) {
+		a, err := getNetworkAttachment(ctx, client, namespace, name)
+		mu.Lock()
+		defer mu.Unlock()
+		key := namespace + "/" + name
+		if err == nil {
+			last[key] = a
+			return a.config, a.found, nil
+		}
+		if l, ok := last[key]; ok && !answered(err) {
+			return l.config, l.found, nil
+		}
+		return "", false, err
+	}
+}
+
+// getNetworkAttachment is one GET of namespace/name.
+func getNetworkAttachment(ctx context.Context, client dynamic.Interface, namespace, name string) (nadAnswer, error) {
+	u, err := client.Resource(nadResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nadAnswer{}, nil
+	}
+	if err != nil {
+		return nadAnswer{}, err
+	}
+	config, _, err := unstructured.NestedString(u.Object, "spec", "config")
+	if err != nil {
+		return nadAnswer{}, fmt.Errorf("spec.config: %w", err)
+	}
+	return nadAnswer{config: config, found: true}, nil
+}
+
+// nadAnswer is an answer of NetworkAttachments.
+type nadAnswer struct {
+	config string
+	found  bool
 }
 
 // multusPath maps p, a path in Multus's configuration, to the agent's view

@@ -330,9 +330,12 @@ func TestRender(t *testing.T) {
 				t.Errorf("want Namespace podwire-system labelled for PodSecurity privileged, got %+v", o.namespaces)
 			}
 			for _, n := range o.namespaced {
-				if !strings.HasSuffix(n, " podwire-system") {
+				if !strings.HasSuffix(n, " podwire-system") && !multusGrant(n, "kube-system") {
 					t.Errorf("%s: not in podwire-system", n)
 				}
+			}
+			if !slices.ContainsFunc(o.namespaced, func(n string) bool { return multusGrant(n, "kube-system") }) {
+				t.Errorf("no Role of multus.namespace in kube-system: %v", o.namespaced)
 			}
 			spec := o.ds.Spec.Template.Spec
 			if spec.PriorityClassName != "system-node-critical" {
@@ -418,8 +421,8 @@ func TestRender(t *testing.T) {
 			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
 				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
 			}
-			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}) {
-				t.Errorf("want the Namespace, the ClaimPool CRD, the ServiceAccount, the ClusterRole and its binding, the Role of cni.uninstall and its binding; got %d Namespaces and %v", len(o.namespaces), o.other)
+			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding"}) {
+				t.Errorf("want the Namespace, the ClaimPool CRD, the ServiceAccount, the ClusterRole and its binding, the Roles of cni.uninstall and multus.namespace and their bindings; got %d Namespaces and %v", len(o.namespaces), o.other)
 			}
 			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") ||
 				!slices.Contains(args, "--host-cni-conf-dir=/etc/cni/net.d") {
@@ -435,8 +438,26 @@ func TestRender(t *testing.T) {
 					t.Errorf("arg %q with cni.uninstall false", a)
 				}
 			}
-			if slices.Contains(o.other, "Role") || slices.Contains(o.other, "RoleBinding") {
-				t.Errorf("the Role of cni.uninstall rendered with it false: %v", o.other)
+			if slices.ContainsFunc(o.namespaced, func(n string) bool {
+				return strings.HasPrefix(n, "Role/podwire-agent ") || strings.HasPrefix(n, "RoleBinding/podwire-agent ")
+			}) {
+				t.Errorf("the Role of cni.uninstall rendered with it false: %v", o.namespaced)
+			}
+		},
+	}, {
+		name: "multus.namespace",
+		set:  []string{`multus.namespace="multus"`},
+		check: func(t *testing.T, o *objects) {
+			if !slices.ContainsFunc(o.namespaced, func(n string) bool { return multusGrant(n, "multus") }) {
+				t.Errorf("no Role of multus.namespace in multus: %v", o.namespaced)
+			}
+		},
+	}, {
+		name: "multus.namespace empty",
+		set:  []string{`multus.namespace=""`},
+		check: func(t *testing.T, o *objects) {
+			if slices.ContainsFunc(o.namespaced, func(n string) bool { return strings.Contains(n, "podwire-agent-multus") }) {
+				t.Errorf("the Role of multus.namespace rendered with it empty: %v", o.namespaced)
 			}
 		},
 	}, {
@@ -496,7 +517,7 @@ func TestRender(t *testing.T) {
 				t.Errorf("Namespace rendered with namespace.create false: %+v", o.namespaces)
 			}
 			for _, n := range o.namespaced {
-				if !strings.HasSuffix(n, " net-system") {
+				if !strings.HasSuffix(n, " net-system") && !multusGrant(n, "kube-system") {
 					t.Errorf("%s: not in net-system", n)
 				}
 			}
@@ -726,4 +747,10 @@ func TestSurgeUpdate(t *testing.T) {
 	if _, _, err := render(chartPath, nil, []string{"updateStrategy.type=Recreate"}); err == nil || !strings.Contains(err.Error(), "updateStrategy") {
 		t.Errorf("updateStrategy.type=Recreate: render error %v, want one naming updateStrategy", err)
 	}
+}
+
+// multusGrant reports whether n, an object of objects.namespaced, is the
+// Role of multus.namespace or its binding, in namespace.
+func multusGrant(n, namespace string) bool {
+	return n == "Role/podwire-agent-multus "+namespace || n == "RoleBinding/podwire-agent-multus "+namespace
 }
