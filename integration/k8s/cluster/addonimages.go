@@ -162,6 +162,29 @@ func AgnhostImage(k8sBinDir string) (v1.Image, error) {
 	return ociimage.Image([]ImageFile{f}, ociimage.Config{Entrypoint: []string{"/agnhost"}, Env: []string{"PATH=" + imagePath}})
 }
 
+// MultusDir is where MultusImage puts Multus's binaries, as its thick
+// image (images/Dockerfile.thick) has them.
+const MultusDir = "/usr/src/multus-cni/bin"
+
+// MultusImage holds multus-daemon, multus-shim and passthru (from dir,
+// scripts/multus-build.sh's output) in MultusDir, and busybox with /bin/sh
+// and /bin/cp for the stock manifest's install container, which copies the
+// shim and passthru into the node's CNI bin dir.
+func MultusImage(dir string) (v1.Image, error) {
+	files, err := busyboxFiles("sh", "cp")
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range []string{"multus-daemon", "multus-shim", "passthru"} {
+		f, err := binFile(filepath.Join(dir, b), MultusDir+"/"+b)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{MultusDir + "/multus-daemon"}, Env: []string{"PATH=" + imagePath}})
+}
+
 // Push pushes img to the run's registry as RegistryHost/repoTag (e.g.
 // "flannel/flannel:v0.28.10"), from the outside netns, and returns the
 // reference pinned by digest ("RegistryHost/flannel/flannel@sha256:...").

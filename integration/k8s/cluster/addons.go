@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
+	"os"
 	"net/netip"
 	"strings"
 	"time"
@@ -12,7 +14,7 @@ import (
 // The add-ons' manifests, as their projects ship them, with the run's
 // values in double braces (each file's header lists its changes).
 //
-//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml addons/coredns.yaml
+//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml addons/coredns.yaml addons/multus-daemonset-thick.yml
 var addons embed.FS
 
 // renderAddon reads addons/name and replaces each {{KEY}} with vals[KEY];
@@ -108,6 +110,84 @@ func (c *Cluster) InstallCoreDNS(ctx context.Context, image string) error {
 		return err
 	}
 	return c.applyAndRollOut(ctx, m, "kube-system", "deploy/coredns")
+}
+
+// MultusDaemonConfig is Multus thick's own daemon configuration (its
+// deployments/multus-daemonset-thick.yml): the configuration it writes
+// into the conf dir (00-multus.conf) is generated from the node's first
+// conflist ("multusConfigFile": "auto"), whose path becomes its
+// clusterNetwork, and the delegates run chrooted into the node's root.
+var MultusDaemonConfig = map[string]any{
+	"chrootDir": "/hostroot", "cniVersion": "0.3.1", "logLevel": "verbose", "logToStderr": true,
+	"cniConfigDir": "/host/etc/cni/net.d", "multusAutoconfigDir": "/host/etc/cni/net.d",
+	"multusConfigFile": "auto", "socketDir": "/host/run/multus/",
+}
+
+// MultusManifest is Multus thick's manifest (addons/multus-daemonset-thick.yml)
+// running image with daemonConfig as its daemon's configuration
+// (MultusDaemonConfig, or one of the caller's).
+func MultusManifest(image string, daemonConfig map[string]any) (string, error) {
+	b, err := json.MarshalIndent(daemonConfig, "    ", "    ")
+	if err != nil {
+		return "", err
+	}
+	return renderAddon("multus-daemonset-thick.yml", map[string]string{
+		"MULTUS_IMAGE": image, "DAEMON_CONFIG": "    " + string(b),
+	})
+}
+
+// InstallMultus applies MultusManifest and waits until Multus runs on
+// every node and has written its configuration (00-multus.conf) into
+// every node's conf dir; it is then the file the runtimes read.
+func (c *Cluster) InstallMultus(ctx context.Context, image string, daemonConfig map[string]any) error {
+	m, err := MultusManifest(image, daemonConfig)
+	if err != nil {
+		return err
+	}
+	if err := c.applyAndRollOut(ctx, m, "kube-system", "ds/kube-multus-ds"); err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		if err := waitFile(ctx, n.Path("/etc/cni/net.d/00-multus.conf"), true); err != nil {
+			return fmt.Errorf("%s: Multus wrote no configuration: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// UninstallMultus deletes what InstallMultus applied (the
+// NetworkAttachmentDefinitions go with their CRD) and waits until every
+// node's 00-multus.conf is gone: the daemon removes it when it stops, and
+// the runtimes read the primary's chain again.
+func (c *Cluster) UninstallMultus(ctx context.Context, image string, daemonConfig map[string]any) error {
+	m, err := MultusManifest(image, daemonConfig)
+	if err != nil {
+		return err
+	}
+	if out, err := c.Kubectl(ctx, m, "delete", "--wait=true", "--ignore-not-found", "-f", "-"); err != nil {
+		return fmt.Errorf("kubectl delete: %v\n%s", err, out)
+	}
+	for _, n := range c.Nodes {
+		if err := waitFile(ctx, n.Path("/etc/cni/net.d/00-multus.conf"), false); err != nil {
+			return fmt.Errorf("%s: Multus left its configuration: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// waitFile waits until path exists (exists) or is gone (!exists).
+func waitFile(ctx context.Context, path string, exists bool) error {
+	for {
+		_, err := os.Stat(path)
+		if (err == nil) == exists {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", path, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // ClusterDNS is the kube-dns Service's ClusterIPs: the 10th address of

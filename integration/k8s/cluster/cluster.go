@@ -74,7 +74,8 @@ type Options struct {
 	// from RuntimeFromEnv; the zero value is the host's, on PATH).
 	Runtime Runtime
 	// CNIBinDir holds the reference plugins (ptp, bridge, host-local,
-	// loopback, portmap); they are linked into each node's CNI bin dir.
+	// loopback, portmap, macvlan); they are linked into each node's CNI
+	// bin dir.
 	CNIBinDir string
 	// Nodes is the number of nodes (default 1).
 	Nodes int

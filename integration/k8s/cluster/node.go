@@ -573,7 +573,7 @@ func (n *Node) writePTP() error {
 // a node image ships them (flannel delegates to bridge and host-local;
 // kubelet's pods need loopback).
 func (n *Node) linkPlugins() error {
-	for _, p := range []string{"ptp", "bridge", "host-local", "loopback", "portmap"} {
+	for _, p := range []string{"ptp", "bridge", "host-local", "loopback", "portmap", "macvlan"} {
 		if err := os.Symlink(filepath.Join(n.c.opts.CNIBinDir, p), filepath.Join(n.CNIBinDir, p)); err != nil {
 			return err
 		}

@@ -18,7 +18,9 @@
 // PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF,
 // PODWIRE_IMAGE_UPGRADE and its _REF (`make image-upgrade`), PODWIRE_HELM
 // (scripts/helm-build.sh), PODWIRE_COREDNS (scripts/coredns-build.sh's
-// directory, for TestClusterDNS and TestConformance) and PODWIRE_CNI_BIN.
+// directory, for TestClusterDNS and TestConformance), PODWIRE_MULTUS
+// (scripts/multus-build.sh's directory, for TestMultus) and
+// PODWIRE_CNI_BIN.
 package multinode
 
 import (
