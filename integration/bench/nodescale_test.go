@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,12 +23,16 @@ import (
 // BenchmarkNodeScale measures every verb and the repairs on one node per
 // BENCH_NODE_PODS entry (default 10,250,1000: a node's usual maxPods is
 // 110 to 250), its existing pods made through arm E. Per round and level,
-// in a rotated order: ADD and DEL of one more pod ("add", "del"), CHECK of
+// in a rotated order: ADD and DEL of one more pod ("add", "del"), the same
+// with podwire run directly on a pod of ptp + host-local ("alone-add",
+// "alone-del": podwire's own cost, without host-local's, which grows with
+// its leases; under BENCH_WRAP in the unmeasured round), CHECK of
 // an existing pod ("check"), GC with every existing attachment valid
 // ("gc", nothing to remove), STATUS ("status"), all through libcni with
 // ptp + host-local + podwire, and `podwire repair` run directly with the
 // tables whole ("repair") and after every podwire table was deleted
-// ("rebuild": every record's elements re-added), as "<op>@<pods>-ms".
+// ("rebuild": every record's elements re-added; both under BENCH_WRAP in
+// the unmeasured round), as "<op>@<pods>-ms".
 // Then, once per level, the node agent (agentproc) on the node: its RSS
 // 10 s after it is Ready ("agent-rss-MiB@<pods>") and, three times, the
 // time from `nft flush ruleset` to podwire's tables whole again
@@ -37,7 +42,7 @@ func BenchmarkNodeScale(b *testing.B) {
 	for i, pods := range envInts(b, "BENCH_NODE_PODS", "10,250,1000") {
 		lv = append(lv, levelNode(b, i, pods))
 	}
-	ops := []string{"add", "check", "gc", "status", "repair", "rebuild"}
+	ops := []string{"add", "alone", "check", "gc", "status", "repair", "rebuild"}
 	seq := 200000
 	rounds(b, len(lv), func(r, i int, s samples) error {
 		l := lv[i]
@@ -58,6 +63,19 @@ func BenchmarkNodeScale(b *testing.B) {
 				s.put("add@"+l.name, add)
 				s.put("del@"+l.name, del)
 				continue
+			case "alone":
+				seq++
+				wrap := ""
+				if r < 0 { // profile the unmeasured round only
+					wrap = strings.NewReplacer("%d", l.name, "%o", op).Replace(os.Getenv("BENCH_WRAP"))
+				}
+				add, del, err := l.n.alone(cnitest.PodwireBin(), l.a, seq, podwireEntry(l.n, nil), wrap)
+				if err != nil {
+					return err
+				}
+				s.put("alone-add@"+l.name, add)
+				s.put("alone-del@"+l.name, del)
+				continue
 			case "check":
 				p := l.n.pods[(r+len(l.n.pods))%len(l.n.pods)]
 				c, err = timed(unix.RUSAGE_CHILDREN, func() error { return l.n.Check(l.e.list, p.RT) })
@@ -76,7 +94,12 @@ func BenchmarkNodeScale(b *testing.B) {
 						return err
 					}
 				}
-				c, err = l.n.run(exec.Command(cnitest.PodwireBin(), "repair", "--conflist", conflist), nil)
+				argv := []string{cnitest.PodwireBin(), "repair", "--conflist", conflist}
+				if r < 0 { // profile the unmeasured round only
+					wrap := strings.NewReplacer("%d", l.name, "%o", op, "%v", "REPAIR").Replace(os.Getenv("BENCH_WRAP"))
+					argv = append(strings.Fields(wrap), argv...)
+				}
+				c, err = l.n.run(exec.Command(argv[0], argv[1:]...), nil)
 			}
 			if err != nil {
 				return fmt.Errorf("%s at %d pods: %w", op, l.pods, err)
