@@ -102,7 +102,9 @@ func run(logp **slog.Logger) error {
 		return fmt.Errorf("failed to load the API client config: %w", err)
 	}
 	cfg.UserAgent = "podwire-agent/" + buildinfo.Version
-	cfg.Timeout = 10 * time.Second
+	// Every request but the informers' watches fails after 10 s
+	// (RequestTimeout says why not rest.Config.Timeout).
+	agent.RequestTimeout(cfg, 10*time.Second)
 	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return err
