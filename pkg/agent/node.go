@@ -122,7 +122,10 @@ func (a *Agent) writeCluster() (bool, error) {
 		a.st.mu.Unlock()
 	}
 	if changed {
-		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", r.PodCIDRs, "nodeIPs", r.NodeIPs, "routes", r.Routes)
+		// Counts: the lists hold a prefix or two per Node, and a line
+		// per change would grow with the cluster (stateDir's
+		// cluster-cidrs.cache holds them).
+		a.log.Info("cluster CIDRs written", "nodes", r.Nodes, "podCIDRs", len(r.PodCIDRs), "nodeIPs", len(r.NodeIPs), "routes", len(r.Routes))
 	}
 	return changed, nil
 }
