@@ -286,15 +286,16 @@ func apiserverPID() (int, error) {
 	return 0, fmt.Errorf("no kube-apiserver process names %s", c.AuditLog())
 }
 
-// watchEvents is the apiserver's apiserver_watch_events_sizes for Nodes,
-// every watcher's: bytes and events sent.
+// watchEvents is what the apiserver sent every watcher of Nodes, all
+// watches together: bytes (apiserver_watch_events_sizes' sum) and events
+// (apiserver_watch_events_total).
 func watchEvents(ctx context.Context) (bytes, events float64, err error) {
 	b, err := c.API(ctx, http.MethodGet, "/metrics", nil)
 	if err != nil {
 		return 0, 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.Contains(l, `kind="Node"`) {
+		if !strings.Contains(l, `{group="",resource="nodes",`) {
 			continue
 		}
 		f := strings.Fields(l)
@@ -305,7 +306,7 @@ func watchEvents(ctx context.Context) (bytes, events float64, err error) {
 		switch {
 		case strings.HasPrefix(l, "apiserver_watch_events_sizes_sum{"):
 			bytes += v
-		case strings.HasPrefix(l, "apiserver_watch_events_sizes_count{"):
+		case strings.HasPrefix(l, "apiserver_watch_events_total{"):
 			events += v
 		}
 	}

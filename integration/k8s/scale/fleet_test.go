@@ -239,6 +239,39 @@ func (cl *clients) writeClaims(ctx context.Context, n int, gens map[int][]int) e
 	}
 }
 
+// waitReady waits until kwok has made every fake Node below n Ready (its
+// node-initialize stage: a status write per Node, which every agent
+// receives), so that what is measured next is the fleet at rest.
+func (cl *clients) waitReady(ctx context.Context, n int, timeout time.Duration) error {
+	end := time.Now().Add(timeout)
+	for {
+		ready, cont := 0, ""
+		for {
+			l, err := cl.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: kwokLabel + "=" + kwokValue, Limit: 1000, Continue: cont})
+			if err != nil {
+				return err
+			}
+			for _, nd := range l.Items {
+				for _, c := range nd.Status.Conditions {
+					if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			if cont = l.Continue; cont == "" {
+				break
+			}
+		}
+		if ready >= n {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%d of %d fake Nodes Ready after %v", ready, n, timeout)
+		}
+		time.Sleep(5 * time.Second)
+	}
+}
+
 // setRoute patches fake Node i's podwire.io/routes to its route at gen.
 func (cl *clients) setRoute(ctx context.Context, i, gen int) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"podwire.io/routes": routeOf(i, gen).String()}}})
@@ -263,7 +296,9 @@ func startKwok(t *testing.T) func() {
 	cmd := c.Nodes[0].Command(context.Background(), filepath.Join(dir, "kwok"),
 		"--kubeconfig="+c.AdminKubeconfig, "--config="+filepath.Join(dir, "stages.yaml"),
 		"--manage-all-nodes=false", "--manage-nodes-with-label-selector="+kwokLabel+"="+kwokValue,
-		"--cidr=10.192.0.0/10", "--node-ip=172.31.255.254", "--node-lease-duration-seconds=120")
+		"--cidr=10.192.0.0/10", "--node-ip=172.31.255.254", "--node-lease-duration-seconds=120",
+		// A line per patch at INFO: tens of thousands during the fleet's growth.
+		"-v=WARN")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -178,6 +178,10 @@ func TestScale(t *testing.T) {
 			t.Fatalf("%d Nodes: %v", size, err)
 		}
 		fig.set(key("converged-s"), "%.1f", time.Since(t0).Seconds())
+		if err := cl.waitReady(ctx, size, 5*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		fig.set(key("ready-s"), "%.1f", time.Since(t0).Seconds())
 
 		// At rest: nothing changes but kwok's heartbeats.
 		time.Sleep(10 * time.Second)
