@@ -47,9 +47,9 @@ func (c *Claims) Sync(ctx context.Context, stateDir string, gone func(node strin
 	for _, r := range recs {
 		recorded[r.Key()] = r
 	}
-	list, err := c.pools.List(ctx, metav1.ListOptions{})
+	items, err := c.listPools(ctx)
 	if err != nil {
-		return fmt.Errorf("failed to list the ClaimPools: %w", err)
+		return err
 	}
 	now := c.now()
 	stale := func(e claimEntry) bool {
@@ -67,7 +67,7 @@ func (c *Claims) Sync(ctx context.Context, stateDir string, gone func(node strin
 		errs = append(errs, fmt.Errorf("records unreadable, no claim of this node released: %w", recErr))
 	}
 	held := map[string]map[agentapi.Claim]bool{}
-	for _, o := range list.Items {
+	for _, o := range items {
 		pool, err := decodePool(&o)
 		if err != nil {
 			errs = append(errs, err)
@@ -109,6 +109,38 @@ func (c *Claims) Sync(ctx context.Context, stateDir string, gone func(node strin
 		c.log.Warn("claims of a recorded attachment were missing from the ClaimPools: claimed again", "pod", r.PodRef(), "attachment", r.Key())
 	}
 	return errors.Join(errs...)
+}
+
+// listPools is every ClaimPool: the routes pool as its informer holds it
+// (once synced), the others listed. The routes pool holds every forwarded
+// route of the cluster and every agent syncs every claimSyncEvery, so a
+// LIST of it would cost the apiserver and each agent bytes in proportion
+// to the cluster's routes at rest; a release reads the pool again before
+// it writes (releaseIn), so a cached read decides nothing alone.
+func (c *Claims) listPools(ctx context.Context) ([]unstructured.Unstructured, error) {
+	var cached *unstructured.Unstructured
+	opts := metav1.ListOptions{}
+	if c.routes.HasSynced() {
+		opts.FieldSelector = "metadata.name!=" + routesPool
+		if o, ok, err := c.routes.GetStore().GetByKey(routesPool); err == nil && ok {
+			if u, isU := o.(*unstructured.Unstructured); isU {
+				cached = u.DeepCopy()
+			}
+		}
+	}
+	list, err := c.pools.List(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("failed to list the ClaimPools: %w", err)
+	}
+	items := list.Items
+	if opts.FieldSelector != "" {
+		// A client that ignores the selector (a fake) lists it too.
+		items = slices.DeleteFunc(items, func(u unstructured.Unstructured) bool { return u.GetName() == routesPool })
+		if cached != nil {
+			items = append(items, *cached)
+		}
+	}
+	return items, nil
 }
 
 // gone reports whether the informer has synced and holds no Node name.

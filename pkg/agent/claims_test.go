@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/forwarding"
@@ -356,5 +357,40 @@ func TestRouteHeld(t *testing.T) {
 	want, skipped := ag.heldRoutes([]forwarding.RemoteRoute{forged, real, other}, nil)
 	if len(want) != 1 || want[0] != real || len(skipped) != 2 || !strings.Contains(skipped[0], "node node-b: not held") {
 		t.Fatalf("routed %v, skipped %q: want %v alone", want, skipped, real)
+	}
+}
+
+// TestSyncReadsRoutesFromCache: once the routes pool's informer has
+// synced, the reconciler lists only the other pools (the routes pool, the
+// cluster's every route, comes from the cache) and still releases the
+// entries of a Node that is gone from it.
+func TestSyncReadsRoutesFromCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fc := fakePools(t)
+	a := testClaims(fc, "node-a")
+	wantCode(t, "other node", testClaims(fc, "node-x").Claim(ctx, routeReq("nf-x", "r2", "c2/eth0", "203.0.113.0/24")), 0)
+	go a.routes.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), a.routes.HasSynced) {
+		t.Fatal("routes pool not synced")
+	}
+	fc.ClearActions()
+	if err := a.Sync(ctx, t.TempDir(), func(n string) bool { return n == "node-x" }); err != nil {
+		t.Fatal(err)
+	}
+	lists := 0
+	for _, act := range fc.Actions() {
+		if l, ok := act.(k8stesting.ListAction); ok {
+			lists++
+			if fs := l.GetListRestrictions().Fields.String(); fs != "metadata.name!="+routesPool {
+				t.Errorf("the reconciler listed the pools with field selector %q", fs)
+			}
+		}
+	}
+	if lists != 1 {
+		t.Errorf("%d LISTs of the pools, want 1 (%v)", lists, fc.Actions())
+	}
+	if es := entries(t, fc, routesPool); len(es) != 0 {
+		t.Errorf("node-x's entries not released: %v", es)
 	}
 }
