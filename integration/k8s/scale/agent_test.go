@@ -312,3 +312,56 @@ func watchEvents(ctx context.Context) (bytes, events float64, err error) {
 	}
 	return bytes, events, nil
 }
+
+// nodeWrites is the count of writes of Nodes' spec and metadata the
+// apiserver has answered (apiserver_request_total, PATCH, PUT and POST of
+// nodes without a subresource): the controller-manager's taints and
+// labels of new Nodes among them, which every agent receives.
+func nodeWrites(ctx context.Context) (float64, error) {
+	b, err := c.API(ctx, http.MethodGet, "/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !strings.Contains(l, `resource="nodes"`) ||
+			!strings.Contains(l, `subresource=""`) {
+			continue
+		}
+		if !strings.Contains(l, `verb="PATCH"`) && !strings.Contains(l, `verb="PUT"`) && !strings.Contains(l, `verb="POST"`) {
+			continue
+		}
+		if f := strings.Fields(l); len(f) == 2 {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			n += v
+		}
+	}
+	return n, nil
+}
+
+// waitQuiet waits until no Node has been written (nodeWrites) for 15 s:
+// after the fleet grew, the controller-manager taints each new Node until
+// kwok's first status makes it Ready and then takes the taint away, at its
+// own pace, and every agent receives each of those writes.
+func waitQuiet(ctx context.Context, timeout time.Duration) error {
+	end := time.Now().Add(timeout)
+	last, err := nodeWrites(ctx)
+	if err != nil {
+		return err
+	}
+	quietSince := time.Now()
+	for time.Since(quietSince) < 15*time.Second {
+		if time.Now().After(end) {
+			return fmt.Errorf("Nodes still written after %v", timeout)
+		}
+		time.Sleep(5 * time.Second)
+		n, err := nodeWrites(ctx)
+		if err != nil {
+			return err
+		}
+		if n != last {
+			last, quietSince = n, time.Now()
+		}
+	}
+	return nil
+}

@@ -182,6 +182,10 @@ func TestScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		fig.set(key("ready-s"), "%.1f", time.Since(t0).Seconds())
+		if err := waitQuiet(ctx, 2*time.Minute); err != nil {
+			t.Log(err) // measured anyway, the rate of Node events says how busy
+		}
+		fig.set(key("quiet-s"), "%.1f", time.Since(t0).Seconds())
 
 		// At rest: nothing changes but kwok's heartbeats.
 		time.Sleep(10 * time.Second)
