@@ -213,9 +213,7 @@ func TestScale(t *testing.T) {
 			if err := cl.writeClaims(ctx, size, gens); err != nil {
 				t.Fatal(err)
 			}
-			// Past the routes reconciler's flood gap, which the pool's
-			// change just opened.
-			time.Sleep(4 * time.Second)
+			time.Sleep(pastFloodGap)
 			if err := cl.setRoute(ctx, i, g); err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +242,7 @@ func TestScale(t *testing.T) {
 		if err := cl.writeClaims(ctx, size, gens); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(4 * time.Second)
+		time.Sleep(pastFloodGap)
 		before = snapshot(ctx, t, agents, apiPID)
 		peaks := samplePeaks(100*time.Millisecond, pids(agents)...)
 		var mu sync.Mutex
@@ -329,6 +327,14 @@ func TestScale(t *testing.T) {
 		fig.set(key("restart-rss-mib"), "%.1f", float64(u.rss)/mib)
 	}
 }
+
+// pastFloodGap is how long a Node's change waits after its claim was
+// written: the routes reconciler runs at most once per 3 s (its flood gap,
+// pkg/agent floodGap), and the pool's change makes a pass that may itself
+// wait out the gap of the pass before it (the previous change's), so a
+// change within two gaps of the pool's would measure the gap, not the
+// agent's answer to a Node after a quiet spell.
+const pastFloodGap = 7 * time.Second
 
 // agentKey names the agent of real node i in the figures: a1, a2.
 func agentKey(i int) string { return fmt.Sprintf("a%d", i+1) }
