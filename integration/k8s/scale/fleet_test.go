@@ -91,6 +91,22 @@ func fakeNode(i int) *corev1.Node {
 		},
 	}
 	n.Status.Allocatable = n.Status.Capacity
+	// Ready from the start, as a kubelet registers a healthy node: kwok's
+	// node-initialize stage then has nothing to write, and the node
+	// lifecycle controller no not-ready taint to put on and take off
+	// each new Node (both Node writes every agent would receive while
+	// the bench measures the fleet at rest).
+	now := metav1.Now()
+	for _, c := range []struct {
+		t corev1.NodeConditionType
+		s corev1.ConditionStatus
+	}{{corev1.NodeReady, corev1.ConditionTrue}, {corev1.NodeMemoryPressure, corev1.ConditionFalse},
+		{corev1.NodeDiskPressure, corev1.ConditionFalse}, {corev1.NodePIDPressure, corev1.ConditionFalse},
+		{corev1.NodeNetworkUnavailable, corev1.ConditionFalse}} {
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: c.t, Status: c.s,
+			LastHeartbeatTime: now, LastTransitionTime: now, Reason: "KwokFleet"})
+	}
+	n.Status.Phase = corev1.NodeRunning
 	if publishes(i) {
 		n.Annotations["podwire.io/routes"] = routeOf(i, 0).String()
 	}
