@@ -33,6 +33,8 @@ var (
 	tmpl string
 	//go:embed findings.md
 	findings string
+	//go:embed scalefindings.md
+	scaleFindings string
 )
 
 // data is what the template reads.
@@ -40,6 +42,9 @@ type data struct {
 	Config   map[string]string             // "key: value" lines
 	M        map[string]map[string]float64 // benchmark name without "Benchmark" and -GOMAXPROCS (or "Config") → unit → value
 	Findings string
+	// ScaleFindings is the hand-written reading of make bench-scale's
+	// profiles (scalefindings.md), in its section.
+	ScaleFindings string
 }
 
 var benchLine = regexp.MustCompile(`^Benchmark(\w+?)(-\d+)?\s+\d+\s+(.*)$`)
@@ -52,7 +57,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: report FILE... | report -section NAME -into DOC FILE...")
 		os.Exit(2)
 	}
-	d := data{Config: map[string]string{}, M: map[string]map[string]float64{"Config": {}}, Findings: findings}
+	d := data{Config: map[string]string{}, M: map[string]map[string]float64{"Config": {}}, Findings: findings, ScaleFindings: scaleFindings}
 	for _, f := range flag.Args() {
 		raw, err := os.ReadFile(f)
 		if err != nil {
