@@ -35,6 +35,8 @@ var (
 	findings string
 	//go:embed scalefindings.md
 	scaleFindings string
+	//go:embed nodescalefindings.md
+	nodeScaleFindings string
 )
 
 // data is what the template reads.
@@ -45,6 +47,9 @@ type data struct {
 	// ScaleFindings is the hand-written reading of make bench-scale's
 	// profiles (scalefindings.md), in its section.
 	ScaleFindings string
+	// NodeScaleFindings is the same for BenchmarkNodeScale
+	// (nodescalefindings.md).
+	NodeScaleFindings string
 }
 
 var benchLine = regexp.MustCompile(`^Benchmark(\w+?)(-\d+)?\s+\d+\s+(.*)$`)
@@ -57,7 +62,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: report FILE... | report -section NAME -into DOC FILE...")
 		os.Exit(2)
 	}
-	d := data{Config: map[string]string{}, M: map[string]map[string]float64{"Config": {}}, Findings: findings, ScaleFindings: scaleFindings}
+	d := data{Config: map[string]string{}, M: map[string]map[string]float64{"Config": {}}, Findings: findings, ScaleFindings: scaleFindings, NodeScaleFindings: nodeScaleFindings}
 	for _, f := range flag.Args() {
 		raw, err := os.ReadFile(f)
 		if err != nil {
