@@ -167,14 +167,21 @@ func AgnhostImage(k8sBinDir string) (v1.Image, error) {
 const MultusDir = "/usr/src/multus-cni/bin"
 
 // MultusImage holds multus-daemon, multus-shim and passthru (from dir,
-// scripts/multus-build.sh's output) in MultusDir, and busybox with /bin/sh
+// scripts/multus-build.sh's output) in MultusDir, busybox with /bin/sh
 // and /bin/cp for the stock manifest's install container, which copies the
-// shim and passthru into the node's CNI bin dir.
+// shim and passthru into the node's CNI bin dir, and what its distribution
+// base image has that the daemon needs: an /etc/passwd and /etc/group
+// naming root (it refuses to start unless os/user names its user root,
+// which the static build finds in /etc/passwd only), and /var/run as a
+// link to /run (the runtimes name a pod's netns /var/run/netns/..., and the
+// manifest mounts the node's at /run/netns).
 func MultusImage(dir string) (v1.Image, error) {
 	files, err := busyboxFiles("sh", "cp")
 	if err != nil {
 		return nil, err
 	}
+	files = append(files, ImageFile{Path: "/etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/bin/sh\n")},
+		ImageFile{Path: "/etc/group", Mode: 0o644, Data: []byte("root:x:0:\n")}, ociimage.Symlink("/var/run", "/run"))
 	for _, b := range []string{"multus-daemon", "multus-shim", "passthru"} {
 		f, err := binFile(filepath.Join(dir, b), MultusDir+"/"+b)
 		if err != nil {

@@ -123,28 +123,49 @@ var MultusDaemonConfig = map[string]any{
 	"multusConfigFile": "auto", "socketDir": "/host/run/multus/",
 }
 
-// MultusManifest is Multus thick's manifest (addons/multus-daemonset-thick.yml)
-// running image with daemonConfig as its daemon's configuration
-// (MultusDaemonConfig, or one of the caller's).
-func MultusManifest(image string, daemonConfig map[string]any) (string, error) {
-	b, err := json.MarshalIndent(daemonConfig, "    ", "    ")
+// Multus is a Multus thick installation (InstallMultus).
+type Multus struct {
+	// Image is its image (MultusImage, pushed to the run's registry).
+	Image string
+	// DaemonConfig is its daemon's configuration; nil is
+	// MultusDaemonConfig.
+	DaemonConfig map[string]any
+	// APIServer, when valid, is where its daemon reaches the apiserver
+	// (KUBERNETES_SERVICE_HOST and _PORT), for a cluster that runs no
+	// kube-proxy, where the kubernetes Service is not there.
+	APIServer netip.AddrPort
+}
+
+// Manifest is Multus thick's manifest (addons/multus-daemonset-thick.yml)
+// for m.
+func (m Multus) Manifest() (string, error) {
+	conf := m.DaemonConfig
+	if conf == nil {
+		conf = MultusDaemonConfig
+	}
+	b, err := json.MarshalIndent(conf, "    ", "    ")
 	if err != nil {
 		return "", err
 	}
+	env := ""
+	if m.APIServer.IsValid() {
+		env = fmt.Sprintf("            - {name: KUBERNETES_SERVICE_HOST, value: %q}\n            - {name: KUBERNETES_SERVICE_PORT, value: \"%d\"}",
+			m.APIServer.Addr(), m.APIServer.Port())
+	}
 	return renderAddon("multus-daemonset-thick.yml", map[string]string{
-		"MULTUS_IMAGE": image, "DAEMON_CONFIG": "    " + string(b),
+		"MULTUS_IMAGE": m.Image, "DAEMON_CONFIG": "    " + string(b), "APISERVER_ENV": env,
 	})
 }
 
-// InstallMultus applies MultusManifest and waits until Multus runs on
-// every node and has written its configuration (00-multus.conf) into
-// every node's conf dir; it is then the file the runtimes read.
-func (c *Cluster) InstallMultus(ctx context.Context, image string, daemonConfig map[string]any) error {
-	m, err := MultusManifest(image, daemonConfig)
+// InstallMultus applies m's manifest and waits until Multus runs on every
+// node and has written its configuration (00-multus.conf) into every
+// node's conf dir; it is then the file the runtimes read.
+func (c *Cluster) InstallMultus(ctx context.Context, m Multus) error {
+	manifest, err := m.Manifest()
 	if err != nil {
 		return err
 	}
-	if err := c.applyAndRollOut(ctx, m, "kube-system", "ds/kube-multus-ds"); err != nil {
+	if err := c.applyAndRollOut(ctx, manifest, "kube-system", "ds/kube-multus-ds"); err != nil {
 		return err
 	}
 	for _, n := range c.Nodes {
@@ -157,14 +178,15 @@ func (c *Cluster) InstallMultus(ctx context.Context, image string, daemonConfig 
 
 // UninstallMultus deletes what InstallMultus applied (the
 // NetworkAttachmentDefinitions go with their CRD) and waits until every
-// node's 00-multus.conf is gone: the daemon removes it when it stops, and
-// the runtimes read the primary's chain again.
-func (c *Cluster) UninstallMultus(ctx context.Context, image string, daemonConfig map[string]any) error {
-	m, err := MultusManifest(image, daemonConfig)
+// node's 00-multus.conf is gone: the daemon removes the configuration it
+// generated when it stops, and the runtimes read the primary's chain
+// again.
+func (c *Cluster) UninstallMultus(ctx context.Context, m Multus) error {
+	manifest, err := m.Manifest()
 	if err != nil {
 		return err
 	}
-	if out, err := c.Kubectl(ctx, m, "delete", "--wait=true", "--ignore-not-found", "-f", "-"); err != nil {
+	if out, err := c.Kubectl(ctx, manifest, "delete", "--wait=true", "--ignore-not-found", "-f", "-"); err != nil {
 		return fmt.Errorf("kubectl delete: %v\n%s", err, out)
 	}
 	for _, n := range c.Nodes {
@@ -220,7 +242,8 @@ func (c *Cluster) applyAndRollOut(ctx context.Context, manifests, namespace, wha
 	if out, err := c.Kubectl(ctx, "", "-n", namespace, "rollout", "status", what, "--timeout=180s"); err != nil {
 		desc, _ := c.Kubectl(ctx, "", "-n", namespace, "describe", "pods")
 		logs, _ := c.Kubectl(ctx, "", "-n", namespace, "logs", what, "--all-containers", "--tail=40")
-		return fmt.Errorf("%s/%s did not roll out: %v\n%s\n%s\n%s", namespace, what, err, out, desc, logs)
+		events, _ := c.Kubectl(ctx, "", "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
+		return fmt.Errorf("%s/%s did not roll out: %v\n%s\n%s\n%s\n%s", namespace, what, err, out, desc, logs, events)
 	}
 	c.logf("%-28s %6.1fs", namespace+"/"+what+" rolled out", time.Since(start).Seconds())
 	return nil

@@ -490,7 +490,12 @@ func (n *Node) removeCgroups() error {
 }
 
 // holderScript runs in the node netns and a fresh mount namespace (slave
-// propagation: nothing mounted here reaches the host). sysfs's net entries
+// propagation: nothing mounted here reaches the host). Inside the node its
+// mounts are then made shared, as systemd makes a real node's: containerd
+// gives a container a HostToContainer (rslave) or Bidirectional (rshared)
+// hostPath only from a shared or slave source (Multus's thick DaemonSet
+// asks for both), and a mount that is a slave of the host's and shared
+// within the node still propagates nothing back. sysfs's net entries
 // are those of the mounting namespace, so the node's are bound over
 // /sys/class/net and /sys/devices/virtual/net (not over /sys, which would
 // hide the cgroup mounts runc and the kubelet need; this is also why daemons
@@ -506,6 +511,7 @@ mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/varlibcni" /var/lib/cni
 mount --bind "$d/cni-bin" /opt/cni/bin
 mount --bind "$d/net.d" /etc/cni/net.d
+mount --make-rshared /
 for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1; do
 	k=${kv%%=*}
 	f="$d/sysctl/$(printf %s "$k" | tr / _)"
@@ -569,12 +575,21 @@ func (n *Node) writePTP() error {
 	return os.WriteFile(n.PrimaryConflist, n.PrimaryConflistBytes(), 0o644)
 }
 
-// linkPlugins links the reference plugins into the node's CNI bin dir, as
-// a node image ships them (flannel delegates to bridge and host-local;
-// kubelet's pods need loopback).
+// linkPlugins puts the reference plugins into the node's CNI bin dir, as a
+// node image ships them (flannel delegates to bridge and host-local;
+// kubelet's pods need loopback): copies, not symbolic links, which would
+// name a path of the host that a DaemonSet mounting the bin dir (Multus's
+// thick daemon, which looks plugins up in its own mount of it) does not
+// have, nor hard links, through which a write on a node would change the
+// run's build.
 func (n *Node) linkPlugins() error {
 	for _, p := range []string{"ptp", "bridge", "host-local", "loopback", "portmap", "macvlan"} {
-		if err := os.Symlink(filepath.Join(n.c.opts.CNIBinDir, p), filepath.Join(n.CNIBinDir, p)); err != nil {
+		src, dst := filepath.Join(n.c.opts.CNIBinDir, p), filepath.Join(n.CNIBinDir, p)
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
 			return err
 		}
 	}

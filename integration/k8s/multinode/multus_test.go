@@ -70,16 +70,17 @@ func TestMultus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Println("  " + cluster.VersionLine(ctx, "multus-daemon", filepath.Join(dir, "multus-daemon"), "-version"))
+	fmt.Println("  " + cluster.VersionLine(ctx, "multus (thick)", filepath.Join(dir, "multus-shim"), "-version"))
 	start := time.Now()
-	if err := c.InstallMultus(ctx, ref, cluster.MultusDaemonConfig); err != nil {
+	multus := cluster.Multus{Image: ref}
+	if err := c.InstallMultus(ctx, multus); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Multus %s running on every node, its 00-multus.conf written, in %v", ref, time.Since(start).Round(100*time.Millisecond))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := c.UninstallMultus(ctx, ref, cluster.MultusDaemonConfig); err != nil {
+		if err := c.UninstallMultus(ctx, multus); err != nil {
 			t.Error(err)
 		}
 	})
@@ -115,7 +116,7 @@ func TestMultus(t *testing.T) {
 		forge(t, sink, to, fwd, netip.MustParseAddr("10.244.0.251"), true, "a forwarding pod of Multus (its annotation from the agent)")
 	})
 	t.Run("clusterNetwork", func(t *testing.T) {
-		multusClusterNetworks(t, ctx, ref)
+		multusClusterNetworks(t, ctx, multus)
 	})
 }
 
@@ -174,7 +175,7 @@ func multusPod(t *testing.T, ctx context.Context, namespace, name string, n *clu
 // 00-multus.conf when the daemon starts) for each form of clusterNetwork,
 // and checks each node's startup taint, which its agent keeps off only
 // while the runtime's chain, through Multus, holds podwire.
-func multusClusterNetworks(t *testing.T, ctx context.Context, image string) {
+func multusClusterNetworks(t *testing.T, ctx context.Context, multus cluster.Multus) {
 	n2 := c.Nodes[1]
 	// A directory whose first conflist is the cluster network's chain,
 	// podwire included, on each node; and a conflist named "plain": on
@@ -214,7 +215,7 @@ func multusClusterNetworks(t *testing.T, ctx context.Context, image string) {
 			conf[k] = v
 		}
 		conf["multusConfigFile"] = "/etc/cni/multus/net.d/00-multus.conf"
-		if err := c.InstallMultus(ctx, image, conf); err != nil {
+		if err := c.InstallMultus(ctx, cluster.Multus{Image: multus.Image, DaemonConfig: conf}); err != nil {
 			t.Fatal(err)
 		}
 		kubectl(t, "", "-n", "kube-system", "rollout", "restart", "ds/kube-multus-ds")
@@ -247,7 +248,7 @@ func multusClusterNetworks(t *testing.T, ctx context.Context, image string) {
 	}
 	defer func() {
 		// Multus's own configuration again, as TestMultus installed it.
-		if err := c.InstallMultus(ctx, image, cluster.MultusDaemonConfig); err != nil {
+		if err := c.InstallMultus(ctx, multus); err != nil {
 			t.Error(err)
 		}
 		kubectl(t, "", "-n", "kube-system", "rollout", "restart", "ds/kube-multus-ds")
