@@ -5,8 +5,8 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"os"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 )
