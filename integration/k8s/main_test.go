@@ -197,8 +197,8 @@ func applyDeploy(ctx context.Context) error {
 	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
 		return fmt.Errorf("kubectl apply -f deploy/: %v\n%s", err, out)
 	}
-	if out, err := c.Kubectl(ctx, "", "-n", agentNS, "rollout", "status", "ds/podwire-agent", "--timeout=120s"); err != nil {
-		return fmt.Errorf("the DaemonSet did not roll out: %v\n%s\n%s", err, out, describeAgent(ctx))
+	if out, err := c.RollOut(ctx, agentNS, "ds/podwire-agent", 120*time.Second); err != nil {
+		return fmt.Errorf("the DaemonSet did not roll out: %v\n%s", err, out)
 	}
 	fmt.Printf("podwire: deploy/ applied, agent Ready in %.1fs\n", time.Since(start).Seconds())
 	return nil

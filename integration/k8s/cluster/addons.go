@@ -233,17 +233,36 @@ func (c *Cluster) ClusterDNS() []netip.Addr {
 // ClusterDomain is the kubelets' clusterDomain, the zone CoreDNS serves.
 const ClusterDomain = "cluster.local"
 
+// RollOut waits up to timeout, and never past ctx's deadline less a
+// margin, for `kubectl rollout status` of what ("ds/NAME") in namespace.
+// On failure out also holds the namespace's pods described, what's logs
+// and the namespace's events, read with a context of their own: a rollout
+// that ran into ctx's deadline is exactly when they are needed.
+func (c *Cluster) RollOut(ctx context.Context, namespace, what string, timeout time.Duration) (string, error) {
+	const margin = 30 * time.Second
+	if d, ok := ctx.Deadline(); ok && time.Until(d)-margin < timeout {
+		timeout = max(time.Until(d)-margin, time.Second)
+	}
+	out, err := c.Kubectl(ctx, "", "-n", namespace, "rollout", "status", what, fmt.Sprintf("--timeout=%ds", int(timeout.Seconds())))
+	if err == nil {
+		return out, nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), margin)
+	defer cancel()
+	desc, _ := c.Kubectl(dctx, "", "-n", namespace, "describe", "pods")
+	logs, _ := c.Kubectl(dctx, "", "-n", namespace, "logs", what, "--all-containers", "--tail=40")
+	events, _ := c.Kubectl(dctx, "", "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
+	return strings.Join([]string{out, desc, logs, events}, "\n"), err
+}
+
 // applyAndRollOut applies manifests and waits for what's rollout.
 func (c *Cluster) applyAndRollOut(ctx context.Context, manifests, namespace, what string) error {
 	start := time.Now()
 	if out, err := c.Kubectl(ctx, manifests, "apply", "-f", "-"); err != nil {
 		return fmt.Errorf("kubectl apply: %v\n%s", err, out)
 	}
-	if out, err := c.Kubectl(ctx, "", "-n", namespace, "rollout", "status", what, "--timeout=180s"); err != nil {
-		desc, _ := c.Kubectl(ctx, "", "-n", namespace, "describe", "pods")
-		logs, _ := c.Kubectl(ctx, "", "-n", namespace, "logs", what, "--all-containers", "--tail=40")
-		events, _ := c.Kubectl(ctx, "", "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
-		return fmt.Errorf("%s/%s did not roll out: %v\n%s\n%s\n%s\n%s", namespace, what, err, out, desc, logs, events)
+	if out, err := c.RollOut(ctx, namespace, what, 180*time.Second); err != nil {
+		return fmt.Errorf("%s/%s did not roll out: %v\n%s", namespace, what, err, out)
 	}
 	c.logf("%-28s %6.1fs", namespace+"/"+what+" rolled out", time.Since(start).Seconds())
 	return nil

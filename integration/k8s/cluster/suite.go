@@ -174,10 +174,8 @@ func (c *Cluster) HelmApply(ctx context.Context, r HelmRelease, verb string, val
 		return 0, err
 	}
 	ns, ds, _ := strings.Cut(r.DaemonSet, "/")
-	if out, err := c.Kubectl(ctx, "", "-n", ns, "rollout", "status", "ds/"+ds, fmt.Sprintf("--timeout=%ds", int(rollout.Seconds()))); err != nil {
-		desc, _ := c.Kubectl(ctx, "", "-n", ns, "describe", "pods")
-		logs, _ := c.Kubectl(ctx, "", "-n", ns, "logs", "ds/"+ds, "--tail=40")
-		return 0, fmt.Errorf("the DaemonSet %s did not roll out after helm %s: %v\n%s\n%s\n%s", r.DaemonSet, verb, err, out, desc, logs)
+	if out, err := c.RollOut(ctx, ns, "ds/"+ds, rollout); err != nil {
+		return 0, fmt.Errorf("the DaemonSet %s did not roll out after helm %s: %v\n%s", r.DaemonSet, verb, err, out)
 	}
 	return time.Since(start), nil
 }
