@@ -147,7 +147,7 @@ test-vm: deps build
 VM_K8S_MEM ?= 6144
 test-vm-k8s: deps build image tools k8s-bins
 	$(K8S_TEST_ENV) PODWIRE_BIN=$(CURDIR)/bin/podwire PODWIRE_VM_SUITE=k8s \
-		PODWIRE_VM_MEM=$(VM_K8S_MEM) PODWIRE_VM_TIMEOUT=900 scripts/vm-test.sh
+		PODWIRE_VM_MEM=$(VM_K8S_MEM) PODWIRE_VM_TIMEOUT=1200 scripts/vm-test.sh
 
 # The CRI suite twice: on containerd CONTAINERD_VERSION, then on the host's
 # (Debian's 1.6, the legacy leg).

@@ -32,6 +32,10 @@
 #                       they are too large for the initramfs. podwire's
 #                       image (PODWIRE_IMAGE, PODWIRE_IMAGE_REF: make image),
 #                       its chart and the push tool go into the initramfs.
+#                       Its control plane runs on the host
+#                       (integration/k8s/cluster/vmcontrolplane), at native
+#                       speed, in a network namespace of its own whose tap
+#                       device the VM bridges into its nodes' switch.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +64,8 @@ ONDEMAND_MODULES="br_netfilter"
 # The k8s suite's: the 9p share of .cache, overlayfs for containerd's
 # snapshots, and macvlan for keepalived's virtual-MAC interface
 # (use_vmac).
-K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay macvlan"
+# virtio_net for the NIC that reaches the control plane on the host.
+K8S_MODULES="virtio_pci 9pnet_virtio 9p overlay macvlan virtio_net"
 # K8S_ENV are the variables of make test-k8s the k8s suite reads: paths
 # under the host's .cache, seen in the VM under /cache.
 K8S_ENV="PODWIRE_K8S_BIN PODWIRE_ETCD PODWIRE_CONTAINERD_DIR PODWIRE_RUNC PODWIRE_CNI_BIN PODWIRE_HELM"
@@ -153,6 +158,8 @@ build_binaries() {
 			die "building the pause and VRRP images failed"
 		(cd "$ROOT/tools/image" && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BUILD/bin/podwire-image" .) ||
 			die "building tools/image failed"
+		(cd "$ROOT/integration" && $GO build -o "$BUILD/bin/vmcontrolplane" ./k8s/cluster/vmcontrolplane) ||
+			die "building the control plane's runner failed"
 		[ -r "${PODWIRE_IMAGE:-}" ] && [ -n "${PODWIRE_IMAGE_REF:-}" ] ||
 			die "PODWIRE_IMAGE and PODWIRE_IMAGE_REF must name make image's archive and reference (run make test-vm-k8s)"
 	fi
@@ -178,6 +185,49 @@ build_binaries() {
 	done
 }
 
+# The k8s suite's control plane: etcd, the apiserver, the controller-manager
+# and the scheduler on the host, in the netns CP_NS whose tap device cp0 is
+# the VM's NIC CP_MAC (the VM makes it a port of its nodes' switch). Its CA
+# and URL go into the initramfs; stop_control_plane ends it by PID.
+CP_NS=podwire-vmcp-$$
+CP_DIR=$BUILD/controlplane
+CP_IP=10.99.0.250/24
+CP_MAC=52:54:00:99:00:fa
+CP_PID=
+start_control_plane() {
+	rm -rf "$CP_DIR" && mkdir -p "$CP_DIR"
+	ip netns add "$CP_NS"
+	trap stop_control_plane EXIT
+	ip -n "$CP_NS" link set lo up
+	ip -n "$CP_NS" tuntap add dev cp0 mode tap
+	ip -n "$CP_NS" addr add "$CP_IP" dev cp0
+	ip -n "$CP_NS" link set cp0 up
+	local v
+	for v in PODWIRE_K8S_BIN PODWIRE_ETCD; do
+		[ -n "${!v:-}" ] || die "$v is unset (run make test-vm-k8s)"
+	done
+	ip netns exec "$CP_NS" "$BUILD/bin/vmcontrolplane" -k8s-bin "$PODWIRE_K8S_BIN" -etcd "$PODWIRE_ETCD" -dir "$CP_DIR" \
+		2>"$BUILD/controlplane.log" &
+	CP_PID=$!
+	local i
+	for ((i = 0; i < 600; i++)); do
+		[ -e "$CP_DIR/ready" ] && break
+		kill -0 "$CP_PID" 2>/dev/null || die "the control plane exited: $(tail -20 "$BUILD/controlplane.log")"
+		sleep 0.2
+	done
+	[ -e "$CP_DIR/ready" ] || die "the control plane was not ready in 120s: $(tail -20 "$BUILD/controlplane.log")"
+	log "$(tail -1 "$BUILD/controlplane.log")"
+}
+
+stop_control_plane() {
+	if [ -n "$CP_PID" ]; then
+		kill -TERM "$CP_PID" 2>/dev/null || true
+		wait "$CP_PID" 2>/dev/null || true
+		CP_PID=
+	fi
+	ip netns del "$CP_NS" 2>/dev/null || true
+}
+
 build_initramfs() {
 	rm -rf "$ROOTFS"
 	mkdir -p "$ROOTFS"/{bin,sbin,usr/bin,usr/sbin,lib/modules,opt/cni/bin,proc,sys,dev,run,tmp,etc,var/lib}
@@ -191,6 +241,9 @@ build_initramfs() {
 		install -m 0644 "$PODWIRE_IMAGE" "$ROOTFS/podwire-image.tar"
 		install -m 0755 "$BUILD/bin/podwire-image" "$ROOTFS/usr/bin/podwire-image"
 		cp -r "$ROOT/deploy/helm/podwire" "$ROOTFS/chart"
+		mkdir -p "$ROOTFS/controlplane/pki"
+		install -m 0600 "$CP_DIR/pki/ca.crt" "$CP_DIR/pki/ca.key" "$ROOTFS/controlplane/pki/"
+		install -m 0644 "$CP_DIR/url" "$ROOTFS/controlplane/url"
 	fi
 	for b in podwire ptp host-local; do
 		[ -x "$BUILD/bin/$b" ] && install -m 0755 "$BUILD/bin/$b" "$ROOTFS/opt/cni/bin/$b"
@@ -230,6 +283,9 @@ build_initramfs() {
 			echo "PODWIRE_IMAGE_REF='$PODWIRE_IMAGE_REF'"
 			echo "PODWIRE_IMAGE_TOOL=/usr/bin/podwire-image"
 			echo "PODWIRE_CHART=/chart"
+			echo "PODWIRE_CONTROL_PLANE=/controlplane"
+			echo "PODWIRE_CONTROL_PLANE_NIC=cp0"
+			echo "PODWIRE_CONTROL_PLANE_MAC=$CP_MAC"
 			local v val
 			for v in $K8S_ENV; do
 				val=${!v:-}
@@ -248,12 +304,16 @@ build_initramfs() {
 
 boot() {
 	local console=$BUILD/console.log start rc status
-	local share=()
-	[ "$SUITE" = k8s ] && share=(-virtfs "local,path=$CACHE,mount_tag=cache,security_model=none,readonly=on")
+	local share=() netns=()
+	if [ "$SUITE" = k8s ]; then
+		share=(-virtfs "local,path=$CACHE,mount_tag=cache,security_model=none,readonly=on"
+			-netdev "tap,id=cp,ifname=cp0,script=no,downscript=no" -device "virtio-net-pci,netdev=cp,mac=$CP_MAC")
+		netns=(ip netns exec "$CP_NS")
+	fi
 	start=$(date +%s)
 	log "booting $KERNEL (accel $ACCEL, ${MEM}M, $SMP cpus, timeout ${TIMEOUT}s)"
 	set +e
-	timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 \
+	timeout --foreground -k 10 "$TIMEOUT" "${netns[@]}" qemu-system-x86_64 \
 		-accel "$ACCEL" -cpu max -m "$MEM" -smp "$SMP" \
 		-nodefaults -display none -no-reboot \
 		-serial stdio \
@@ -292,5 +352,6 @@ mkdir -p "$BUILD"
 ensure_packages
 pick_kernel
 build_binaries
+[ "$SUITE" = k8s ] && start_control_plane
 build_initramfs
 boot

@@ -160,3 +160,35 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
 }
+
+// loadPKI copies the CA (ca.crt, ca.key) of another run's pki from src
+// into dst and signs with it from there: the nodes of a cluster whose
+// control plane runs elsewhere (Options.ControlPlane) get their
+// certificates from its CA. Serials start far above the control plane's.
+func loadPKI(src, dst string) (*pki, error) {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return nil, err
+	}
+	var blocks [2]*pem.Block
+	for i, f := range []string{"ca.crt", "ca.key"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			return nil, fmt.Errorf("the control plane's CA: %w", err)
+		}
+		if blocks[i], _ = pem.Decode(b); blocks[i] == nil {
+			return nil, fmt.Errorf("the control plane's CA: %s holds no PEM block", filepath.Join(src, f))
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	cert, err := x509.ParseCertificate(blocks[0].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the control plane's ca.crt: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(blocks[1].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the control plane's ca.key: %w", err)
+	}
+	return &pki{dir: dst, caCert: cert, caKey: key, serial: 1 << 20}, nil
+}

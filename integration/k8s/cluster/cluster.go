@@ -104,6 +104,16 @@ type Options struct {
 	// ImageTool is the tools/image binary PushArchive runs; "" runs it
 	// with go run (the VM suite has no Go toolchain).
 	ImageTool string
+	// ControlPlane is the directory of a control plane run elsewhere
+	// (StartControlPlane, e.g. on the host of a VM whose nodes these
+	// are): its CA under pki/ and its apiserver's URL in the file url.
+	// Start then runs no etcd, apiserver, controller-manager or scheduler
+	// and joins the nodes to that apiserver. "" runs them in the first
+	// node's namespaces.
+	ControlPlane string
+	// ControlPlaneNIC is the link that reaches ControlPlane's segment; Start
+	// makes it a port of the uplinks' switch.
+	ControlPlaneNIC string
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)
 	// Keep leaves the run's directory after Stop (for inspection).
@@ -150,7 +160,10 @@ type Cluster struct {
 	AdminKubeconfig string
 
 	procs    []*proc      // started daemons, in start order
-	api      *http.Client // the apiserver as admin, dialing in the first node's netns
+	cp       *Node        // where the control plane runs, or dials it from
+	apiURL   string       // the apiserver's URL as c.api and the admin reach it
+	remoteIP netip.Addr   // a control plane's run elsewhere (Options.ControlPlane)
+	api      *http.Client // the apiserver as admin, dialing in c.cp's netns
 	registry *http.Server // StartRegistry's, or nil
 	stopOnce sync.Once
 	stopErr  error
@@ -215,7 +228,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{opts: opts, logf: opts.Logf, Dir: dir, AdminKubeconfig: filepath.Join(dir, "admin.kubeconfig")}
+	c = &Cluster{opts: opts, logf: opts.Logf, Dir: dir, AdminKubeconfig: filepath.Join(dir, "admin.kubeconfig"), apiURL: apiServer}
+	if opts.ControlPlane != "" {
+		if c.apiURL, c.remoteIP, err = readControlPlaneURL(opts.ControlPlane); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			c.logf("cluster start failed: %v; logs in %s", err, filepath.Join(dir, "logs"))
@@ -233,6 +251,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.makeSwitch(); err != nil {
 		return c, err
 	}
+	if opts.ControlPlaneNIC != "" {
+		if err := c.plugControlPlaneNIC(); err != nil {
+			return c, err
+		}
+	}
 	if err := makeHostDirs(hostMountpoints); err != nil {
 		return c, err
 	}
@@ -242,6 +265,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 		c.Nodes = append(c.Nodes, n)
+		c.cp = c.Nodes[0]
 		if err := n.makeNetwork(); err != nil {
 			return c, err
 		}
@@ -266,10 +290,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	step("certificates written")
 
-	if err := c.startEtcd(ctx); err != nil {
-		return c, err
+	if opts.ControlPlane == "" {
+		if err := c.startEtcd(ctx); err != nil {
+			return c, err
+		}
+		step("etcd healthy")
 	}
-	step("etcd healthy")
 	archive := opts.PauseArchive
 	if archive == "" {
 		if archive, err = BuildPauseArchive(dir, PauseImage); err != nil {
@@ -285,12 +311,19 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	step("containerd up, pause imported")
-	if err := c.startAPIServer(ctx); err != nil {
-		return c, err
-	}
-	step("apiserver ready")
-	if err := c.startControllers(); err != nil {
-		return c, err
+	if opts.ControlPlane == "" {
+		if err := c.startAPIServer(ctx); err != nil {
+			return c, err
+		}
+		step("apiserver ready")
+		if err := c.startControllers(); err != nil {
+			return c, err
+		}
+	} else {
+		if err := c.waitRemoteAPIServer(ctx); err != nil {
+			return c, err
+		}
+		step("apiserver " + c.apiURL + " ready")
 	}
 	for _, n := range c.Nodes {
 		if err := n.startKubelet(); err != nil {
@@ -481,6 +514,9 @@ func HTTPClientIn(nsPath string) *http.Client {
 // namespace of the thread that made it, and stays there.
 func dialer(nsPath string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if nsPath == "" {
+			return (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+		}
 		var conn net.Conn
 		err := inNetNS(nsPath, func() error {
 			var err error

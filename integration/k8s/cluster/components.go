@@ -27,51 +27,31 @@ func (c *Cluster) k8sBin(name string) string { return filepath.Join(c.opts.K8sBi
 func (c *Cluster) pki(name string) string    { return filepath.Join(c.Dir, "pki", name) }
 
 // writePKI makes the CA, every component's certificate (a kubelet's per
-// node), the service-account keys and the kubeconfigs.
+// node), the service-account keys and the kubeconfigs. With a control
+// plane run elsewhere (Options.ControlPlane) it signs with that control
+// plane's CA instead and writes the nodes' and the admin's only.
 func (c *Cluster) writePKI() error {
-	p, err := newPKI(filepath.Join(c.Dir, "pki"))
-	if err != nil {
-		return err
-	}
-	cp := c.Nodes[0]
-	serverIPs := []net.IP{net.ParseIP("127.0.0.1"), net.IP(cp.IP.AsSlice()), net.IP(ServiceCIDR.Addr().Next().AsSlice())}
-	if c.opts.DualStack {
-		serverIPs = append(serverIPs, net.IP(cp.IP6.AsSlice()), net.IP(ServiceCIDR6.Addr().Next().AsSlice()))
-	}
-	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	type cert struct {
-		name, cn string
-		orgs     []string
-		server   bool
-	}
-	certs := []cert{
-		{"apiserver", "kube-apiserver", nil, true},
-		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
-		{"admin", "podwire-admin", []string{"system:masters"}, false},
-		{"controller-manager", "system:kube-controller-manager", nil, false},
-		{"scheduler", "system:kube-scheduler", nil, false},
-	}
-	for _, n := range c.Nodes {
-		certs = append(certs, cert{"kubelet-" + n.Name, "system:node:" + n.Name, []string{"system:nodes"}, false})
-	}
-	for _, cert := range certs {
-		if err := p.issue(cert.name, cert.cn, cert.orgs, cert.server, serverDNS, serverIPs); err != nil {
+	var p *pki
+	var err error
+	if c.opts.ControlPlane == "" {
+		if p, err = c.writeControlPlanePKI(); err != nil {
 			return err
 		}
-	}
-	if err := p.serviceAccountKey(); err != nil {
-		return err
-	}
-	for name, path := range map[string]string{
-		"admin":              c.AdminKubeconfig,
-		"controller-manager": filepath.Join(c.Dir, "controller-manager.kubeconfig"),
-		"scheduler":          filepath.Join(c.Dir, "scheduler.kubeconfig"),
-	} {
-		if err := p.kubeconfig(path, name, apiServer); err != nil {
+	} else {
+		if p, err = loadPKI(filepath.Join(c.opts.ControlPlane, "pki"), filepath.Join(c.Dir, "pki")); err != nil {
+			return err
+		}
+		if err := p.issue("admin", "podwire-admin", []string{"system:masters"}, false, nil, nil); err != nil {
+			return err
+		}
+		if err := p.kubeconfig(c.AdminKubeconfig, "admin", c.apiURL); err != nil {
 			return err
 		}
 	}
 	for _, n := range c.Nodes {
+		if err := p.issue("kubelet-"+n.Name, "system:node:"+n.Name, []string{"system:nodes"}, false, nil, nil); err != nil {
+			return err
+		}
 		if err := p.kubeconfig(n.Kubeconfig, "kubelet-"+n.Name, c.APIServerURL()); err != nil {
 			return err
 		}
@@ -79,14 +59,69 @@ func (c *Cluster) writePKI() error {
 	return nil
 }
 
-// APIServerURL is the apiserver as every node reaches it: the first
-// node's uplink address, port 6443.
+// writeControlPlanePKI makes the CA, the control plane's certificates (the
+// apiserver's for c.cp's addresses), the service-account keys and the
+// kubeconfigs of the admin, the controller-manager and the scheduler.
+func (c *Cluster) writeControlPlanePKI() (*pki, error) {
+	p, err := newPKI(filepath.Join(c.Dir, "pki"))
+	if err != nil {
+		return nil, err
+	}
+	serverIPs := []net.IP{net.ParseIP("127.0.0.1"), net.IP(c.cp.IP.AsSlice()), net.IP(ServiceCIDR.Addr().Next().AsSlice())}
+	if c.opts.DualStack {
+		serverIPs = append(serverIPs, net.IP(c.cp.IP6.AsSlice()), net.IP(ServiceCIDR6.Addr().Next().AsSlice()))
+	}
+	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	type cert struct {
+		name, cn string
+		orgs     []string
+		server   bool
+	}
+	for _, cert := range []cert{
+		{"apiserver", "kube-apiserver", nil, true},
+		{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, false},
+		{"admin", "podwire-admin", []string{"system:masters"}, false},
+		{"controller-manager", "system:kube-controller-manager", nil, false},
+		{"scheduler", "system:kube-scheduler", nil, false},
+	} {
+		if err := p.issue(cert.name, cert.cn, cert.orgs, cert.server, serverDNS, serverIPs); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.serviceAccountKey(); err != nil {
+		return nil, err
+	}
+	for name, path := range map[string]string{
+		"admin":              c.AdminKubeconfig,
+		"controller-manager": filepath.Join(c.Dir, "controller-manager.kubeconfig"),
+		"scheduler":          filepath.Join(c.Dir, "scheduler.kubeconfig"),
+	} {
+		if err := p.kubeconfig(path, name, apiServer); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// APIServerURL is the apiserver as every node reaches it: the control
+// plane's address on the uplinks' segment (the first node's, or that of a
+// control plane run elsewhere), port 6443.
 func (c *Cluster) APIServerURL() string {
-	return "https://" + net.JoinHostPort(c.Nodes[0].IP.String(), "6443")
+	return "https://" + net.JoinHostPort(c.APIServerAddr().String(), "6443")
+}
+
+// APIServerAddr is the apiserver's address on the uplinks' segment, what
+// a cluster without kube-proxy gives an agent as the kubernetes Service's
+// endpoint.
+func (c *Cluster) APIServerAddr() netip.Addr {
+	if c.opts.ControlPlane != "" {
+		return c.remoteIP
+	}
+	return c.cp.IP
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
-	p, err := c.run(c.Nodes[0], "etcd", c.opts.EtcdBin,
+	p, err := c.run(c.cp, "etcd", c.opts.EtcdBin,
 		"--name=default", "--data-dir="+filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
@@ -95,7 +130,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Transport: &http.Transport{DialContext: dialer(c.Nodes[0].NetNS)}, Timeout: 2 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dialer(c.cp.NetNS)}, Timeout: 2 * time.Second}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return c.wait(ctx, "etcd /health", p, 100*time.Millisecond, func() error {
@@ -112,9 +147,9 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 		return err
 	}
-	p, err := c.run(c.Nodes[0], "kube-apiserver", c.k8sBin("kube-apiserver"),
+	p, err := c.run(c.cp, "kube-apiserver", c.k8sBin("kube-apiserver"),
 		"--audit-policy-file="+policy, "--audit-log-path="+c.AuditLog(), "--audit-log-format=json",
-		"--advertise-address="+c.Nodes[0].IP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
+		"--advertise-address="+c.cp.IP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--client-ca-file="+c.pki("ca.crt"),
 		"--tls-cert-file="+c.pki("apiserver.crt"), "--tls-private-key-file="+c.pki("apiserver.key"),
@@ -137,7 +172,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	return c.wait(ctx, "kube-apiserver /readyz", p, 250*time.Millisecond, func() error {
-		return httpOK(c.api, apiServer+"/readyz")
+		return httpOK(c.api, c.apiURL+"/readyz")
 	})
 }
 
@@ -172,7 +207,7 @@ func (c *Cluster) apiClient() (*http.Client, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext:     dialer(c.Nodes[0].NetNS),
+		DialContext:     dialer(c.cp.NetNS),
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool},
 	}}, nil
 }
@@ -201,7 +236,7 @@ func (c *Cluster) API(ctx context.Context, method, path string, body []byte) ([]
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, apiServer+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, c.apiURL+path, r)
 	if err != nil {
 		return nil, err
 	}
@@ -249,10 +284,10 @@ func (c *Cluster) startControllers() error {
 			"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
 			"--service-cluster-ip-range="+serviceCIDRs, "--configure-cloud-routes=false")
 	}
-	if _, err := c.run(c.Nodes[0], "kube-controller-manager", c.k8sBin("kube-controller-manager"), args...); err != nil {
+	if _, err := c.run(c.cp, "kube-controller-manager", c.k8sBin("kube-controller-manager"), args...); err != nil {
 		return err
 	}
-	_, err := c.run(c.Nodes[0], "kube-scheduler", c.k8sBin("kube-scheduler"),
+	_, err := c.run(c.cp, "kube-scheduler", c.k8sBin("kube-scheduler"),
 		"--kubeconfig="+filepath.Join(c.Dir, "scheduler.kubeconfig"),
 		"--leader-elect=false", "--bind-address=127.0.0.1")
 	return err
@@ -273,7 +308,7 @@ type NodeStatus struct {
 
 // Status reads the node's Node object through the API.
 func (n *Node) Status() (*NodeStatus, error) {
-	resp, err := n.c.api.Get(apiServer + "/api/v1/nodes/" + n.Name)
+	resp, err := n.c.api.Get(n.c.apiURL + "/api/v1/nodes/" + n.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -370,8 +405,8 @@ func (c *Cluster) waitNodesRegistered(ctx context.Context) error {
 func (c *Cluster) WaitServiceAccount(ctx context.Context, namespace string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return c.wait(ctx, "ServiceAccount "+namespace+"/default", c.proc(c.Nodes[0], "kube-controller-manager"), 200*time.Millisecond, func() error {
-		return httpOK(c.api, apiServer+"/api/v1/namespaces/"+namespace+"/serviceaccounts/default")
+	return c.wait(ctx, "ServiceAccount "+namespace+"/default", c.proc(c.cp, "kube-controller-manager"), 200*time.Millisecond, func() error {
+		return httpOK(c.api, c.apiURL+"/api/v1/namespaces/"+namespace+"/serviceaccounts/default")
 	})
 }
 

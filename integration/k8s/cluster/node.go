@@ -552,6 +552,11 @@ func (n *Node) startHolder(ctx context.Context) error {
 // namespaces, as the node's own processes see it (e.g. the plugin that the
 // agent installed at /opt/cni/bin/podwire, reading /run/podwire).
 func (n *Node) Command(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	if n.NetNS == "" {
+		// A control plane's own host (StartControlPlane): no namespaces of
+		// its own to enter.
+		return exec.CommandContext(ctx, bin, args...)
+	}
 	argv := append([]string{"-t", fmt.Sprint(n.holder.Process.Pid), "-m", "-n", "--", bin}, args...)
 	return exec.CommandContext(ctx, "nsenter", argv...)
 }

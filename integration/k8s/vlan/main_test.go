@@ -45,11 +45,15 @@ var (
 var suite = cluster.Suite{
 	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_CNI_BIN", "PODWIRE_CONTAINERD_DIR", "PODWIRE_RUNC",
 		"PODWIRE_HELM", "PODWIRE_PAUSE_ARCHIVE", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF", "PODWIRE_IMAGE_TOOL", "PODWIRE_CHART",
-		"PODWIRE_VRRP_ARCHIVE"},
-	Timeout: 8 * time.Minute,
+		"PODWIRE_VRRP_ARCHIVE", "PODWIRE_CONTROL_PLANE", "PODWIRE_CONTROL_PLANE_NIC"},
+	// TCG runs the nodes on two emulated CPUs, at a speed that differs
+	// twofold between hosts of the same size: the deadline is the slow
+	// host's, a fast one finishes early.
+	Timeout: 10 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-			Nodes: nodes, PTPCNIVersion: "1.1.0", PauseArchive: env["PODWIRE_PAUSE_ARCHIVE"], ImageTool: env["PODWIRE_IMAGE_TOOL"]}
+			Nodes: nodes, PTPCNIVersion: "1.1.0", PauseArchive: env["PODWIRE_PAUSE_ARCHIVE"], ImageTool: env["PODWIRE_IMAGE_TOOL"],
+			ControlPlane: env["PODWIRE_CONTROL_PLANE"], ControlPlaneNIC: env["PODWIRE_CONTROL_PLANE_NIC"]}
 	},
 	Setup: setUp,
 }
@@ -70,6 +74,7 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 	}
 	defer func() {
 		if err != nil {
+			printCPU()
 			releaseTrunk()
 		}
 	}()
@@ -138,7 +143,7 @@ func values() (map[string]any, error) {
 				"vrrp": fmt.Sprint(vrrpVRID),
 			}},
 		},
-		"kubernetesServicesEndpoint": map[string]any{"host": c.Nodes[0].IP.String()},
+		"kubernetesServicesEndpoint": map[string]any{"host": c.APIServerAddr().String()},
 	}, nil
 }
 
