@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/nodetables"
 	"github.com/podwire/podwire/pkg/podmeta"
@@ -53,7 +54,10 @@ func TestPlanAttachment(t *testing.T) {
 		ann     map[string]string
 		env     nodeEnv
 		wantErr string // substring; code 11 for "try again"
-		check   func(t *testing.T, p *attachmentPlan)
+		// wantGate is the refusal's gate when the pod's annotations cause
+		// wantErr (PodwireRefused on the pod), "" for the node's own errors.
+		wantGate string
+		check    func(t *testing.T, p *attachmentPlan)
 	}{
 		{name: "ordinary pod", conf: planConf, check: func(t *testing.T, p *attachmentPlan) {
 			r := p.rec
@@ -118,10 +122,12 @@ func TestPlanAttachment(t *testing.T) {
 			env: nodeEnv{tables: nodetables.Env{NodeEgressErr: types.NewError(types.ErrTryAgainLater, "not yet", "")}}, wantErr: "not yet"},
 		{name: "VLAN name clash", conf: planConf, ann: vlan, env: nodeEnv{vlan: vlanbridge.Env{NamesErr: errors.New("net1 exists")}}, wantErr: "clash"},
 		{name: "VLAN interface named like the primary", conf: planConf,
-			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "eth0"}, wantErr: "clashes with the pod's primary"},
+			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "eth0"}, wantErr: "clashes with the pod's primary",
+			wantGate: agentapi.RefusalBadAnnotation},
 		{name: "VLAN interface named like a Multus attachment", conf: planConf,
-			ann:     map[string]string{"podwire.io/vlan": "100", "k8s.v1.cni.cncf.io/networks": "nf/macvlan-a"},
-			wantErr: `podIfName "net1" clashes with the interface Multus gives the pod's network "nf/macvlan-a"`},
+			ann:      map[string]string{"podwire.io/vlan": "100", "k8s.v1.cni.cncf.io/networks": "nf/macvlan-a"},
+			wantErr:  `podIfName "net1" clashes with the interface Multus gives the pod's network "nf/macvlan-a"`,
+			wantGate: agentapi.RefusalBadAnnotation},
 		{name: "VLAN interface beside Multus attachments", conf: planConf,
 			ann: map[string]string{"podwire.io/vlan": "100", "podwire.io/vlan-ifname": "vlan0",
 				"k8s.v1.cni.cncf.io/networks": `[{"name":"macvlan-a"},{"name":"b","interface":"vlan1"}]`},
@@ -145,6 +151,9 @@ func TestPlanAttachment(t *testing.T) {
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				if gate := podmeta.RefusalGate(err); gate != tc.wantGate {
+					t.Errorf("refusal gate %q, want %q", gate, tc.wantGate)
 				}
 				return
 			}

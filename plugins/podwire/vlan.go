@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/podwire/podwire/pkg/agentapi"
 	"github.com/podwire/podwire/pkg/config"
 	"github.com/podwire/podwire/pkg/podmeta"
 	"github.com/podwire/podwire/pkg/state"
@@ -25,7 +26,8 @@ import (
 // consulted (names, VLANs, the config's MTU), nil for none; readEnv reads
 // the node for it and plan completes it (the uplink this node uses among
 // the config's candidates, its MTU). The error is a name clash with the
-// primary interface.
+// primary interface or with a Multus attachment: a *podmeta.Refusal
+// (agentapi.RefusalBadAnnotation) when the pod's annotations cause it.
 func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 	pvid, tagged := uint16(in.conf.VLAN), in.conf.TrunkVLANs
 	ann := in.ann
@@ -42,14 +44,22 @@ func wantedVLAN(in *planInput) (*state.VLANAttachment, error) {
 		ifName, key = ann.VLANIfName, podmeta.AnnotationVLANIfName
 	}
 	if ifName == in.ifName {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+		err := types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"%s %q clashes with the pod's primary interface %q", key, ifName, in.ifName), "")
+		if key == podmeta.AnnotationVLANIfName {
+			// The pod's annotation, not the node's config: a refusal the
+			// pod's Events show.
+			return nil, &podmeta.Refusal{Gate: agentapi.RefusalBadAnnotation, Err: err}
+		}
+		return nil, err
 	}
 	for _, m := range ann.Multus {
 		if m.Interface == ifName {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			// The pod's own annotations disagree (its networks and its VLAN
+			// interface's name): a refusal the pod's Events show.
+			return nil, &podmeta.Refusal{Gate: agentapi.RefusalBadAnnotation, Err: types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 				"%s %q clashes with the interface Multus gives the pod's network %q (%s): set %s, or an interface for that network",
-				key, ifName, m.Network, podmeta.AnnotationMultusNetworks, podmeta.AnnotationVLANIfName), "")
+				key, ifName, m.Network, podmeta.AnnotationMultusNetworks, podmeta.AnnotationVLANIfName), "")}
 		}
 	}
 	v := &state.VLANAttachment{
