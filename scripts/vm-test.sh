@@ -154,8 +154,10 @@ build_binaries() {
 		die "building integration/${pkg#./} failed"
 	if [ "$SUITE" = k8s ]; then
 		rm -rf "$BUILD/images" && mkdir -p "$BUILD/images"
-		(cd "$ROOT/integration" && $GO run ./k8s/cluster/vmimages "$BUILD/images") ||
-			die "building the pause and VRRP images failed"
+		[ -x "${PODWIRE_MULTUS:-}/multus-daemon" ] ||
+			die "PODWIRE_MULTUS must name scripts/multus-build.sh's directory (run make test-vm-k8s)"
+		(cd "$ROOT/integration" && $GO run ./k8s/cluster/vmimages "$BUILD/images" "$PODWIRE_MULTUS") ||
+			die "building the pause, VRRP and Multus images failed"
 		(cd "$ROOT/tools/image" && CGO_ENABLED=0 $GO build -trimpath -ldflags '-s -w' -o "$BUILD/bin/podwire-image" .) ||
 			die "building tools/image failed"
 		(cd "$ROOT/integration" && $GO build -o "$BUILD/bin/vmcontrolplane" ./k8s/cluster/vmcontrolplane) ||
@@ -238,6 +240,7 @@ build_initramfs() {
 	if [ "$SUITE" = k8s ]; then
 		install -m 0644 "$BUILD/images/pause.oci.tar" "$ROOTFS/pause.oci.tar"
 		install -m 0644 "$BUILD/images/vrrp.oci.tar" "$ROOTFS/vrrp.oci.tar"
+		install -m 0644 "$BUILD/images/multus.oci.tar" "$ROOTFS/multus.oci.tar"
 		install -m 0644 "$PODWIRE_IMAGE" "$ROOTFS/podwire-image.tar"
 		install -m 0755 "$BUILD/bin/podwire-image" "$ROOTFS/usr/bin/podwire-image"
 		cp -r "$ROOT/deploy/helm/podwire" "$ROOTFS/chart"
@@ -279,6 +282,7 @@ build_initramfs() {
 		if [ "$SUITE" = k8s ]; then
 			echo "PODWIRE_PAUSE_ARCHIVE=/pause.oci.tar"
 			echo "PODWIRE_VRRP_ARCHIVE=/vrrp.oci.tar"
+			echo "PODWIRE_MULTUS_ARCHIVE=/multus.oci.tar"
 			echo "PODWIRE_IMAGE=/podwire-image.tar"
 			echo "PODWIRE_IMAGE_REF='$PODWIRE_IMAGE_REF'"
 			echo "PODWIRE_IMAGE_TOOL=/usr/bin/podwire-image"

@@ -166,6 +166,10 @@ func AgnhostImage(k8sBinDir string) (v1.Image, error) {
 // image (images/Dockerfile.thick) has them.
 const MultusDir = "/usr/src/multus-cni/bin"
 
+// MultusImageRef names MultusImage in the archive vmimages writes, which
+// the VM's nodes import: the VM pushes no image it can import instead.
+const MultusImageRef = "docker.io/k8snetworkplumbingwg/multus-cni:v4.2.2-thick"
+
 // MultusImage holds multus-daemon, multus-shim and passthru (from dir,
 // scripts/multus-build.sh's output) in MultusDir, busybox with /bin/sh
 // and /bin/cp for the stock manifest's install container, which copies the

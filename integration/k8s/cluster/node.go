@@ -805,7 +805,11 @@ clusterDomain: {{clusterDomain}}
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard:
+` + kubeletEviction
+
+// kubeletEviction keeps the eviction manager from evicting on a crowded
+// test host: thresholds that only an exhausted one reaches.
+const kubeletEviction = `evictionHard:
   memory.available: "1Mi"
   nodefs.available: "1%"
   nodefs.inodesFree: "1%"
@@ -815,6 +819,9 @@ evictionHard:
 func (n *Node) startKubelet() error {
 	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir,
 		"{{clusterDNS}}", n.c.ClusterDNS()[0].String(), "{{clusterDomain}}", ClusterDomain).Replace(kubeletConfig)
+	if n.c.opts.LeanKubelets {
+		cfg = strings.Replace(cfg, kubeletEviction, "evictionHard: {}\nlocalStorageCapacityIsolation: false\n", 1)
+	}
 	path := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return err
@@ -826,6 +833,9 @@ func (n *Node) startKubelet() error {
 	args := []string{"--config=" + path, "--kubeconfig=" + n.Kubeconfig, "--hostname-override=" + n.Name, "--node-ip=" + nodeIPs}
 	if len(n.c.opts.RegisterTaints) > 0 {
 		args = append(args, "--register-with-taints="+strings.Join(n.c.opts.RegisterTaints, ","))
+	}
+	if n.c.opts.LeanKubelets {
+		args = append(args, "--housekeeping-interval=1m")
 	}
 	_, err := n.c.run(n, "kubelet", n.c.k8sBin("kubelet"), args...)
 	return err

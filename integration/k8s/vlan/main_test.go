@@ -53,7 +53,7 @@ var suite = cluster.Suite{
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
 			Nodes: nodes, PTPCNIVersion: "1.1.0", PauseArchive: env["PODWIRE_PAUSE_ARCHIVE"], ImageTool: env["PODWIRE_IMAGE_TOOL"],
-			ControlPlane: env["PODWIRE_CONTROL_PLANE"], ControlPlaneNIC: env["PODWIRE_CONTROL_PLANE_NIC"]}
+			ControlPlane: env["PODWIRE_CONTROL_PLANE"], ControlPlaneNIC: env["PODWIRE_CONTROL_PLANE_NIC"], LeanKubelets: true}
 	},
 	Setup: setUp,
 }
