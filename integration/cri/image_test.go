@@ -32,9 +32,20 @@ func TestAgentImageImports(t *testing.T) {
 	t.Logf("ctr images import: %s", out)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := n.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: agentImage}, Verbose: true})
-	if err != nil || st.Image == nil {
-		t.Fatalf("CRI does not see %s after the import: %v", agentImage, err)
+	// containerd 2.x's CRI learns of an image that ctr imported from the
+	// image-create event, which its event monitor handles after the
+	// import has returned: ask until it knows it, or ctx ends.
+	var st *runtimeapi.ImageStatusResponse
+	for {
+		st, err = n.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: agentImage}, Verbose: true})
+		if err == nil && st.Image != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("CRI does not see %s within 30 s of the import: %v", agentImage, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if st.Image.GetSize() == 0 {
 		t.Errorf("image %s has size 0", agentImage)
