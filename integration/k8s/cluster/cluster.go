@@ -118,7 +118,7 @@ type Options struct {
 	// no suite reads: the eviction manager's every-10-s summary of the
 	// node's stats (no thresholds, no local storage accounting) and
 	// cAdvisor's per-container housekeeping, every minute instead of every
-	// 10 s. Under TCG two kubelets at rest took a quarter of the VM's CPU.
+	// 10 s. Under TCG, kubelets at rest are a large share of the VM's CPU.
 	LeanKubelets bool
 	// Logf reports progress (default: discard).
 	Logf func(format string, args ...any)

@@ -45,7 +45,7 @@ type ControlPlane struct{ c *Cluster }
 // as their directory, and returns once the apiserver is ready. The nodes
 // join from another host's Start with Options.ControlPlane set to what
 // o.Dir holds, over a network on which o.IP reaches the uplinks' segment.
-// Why: under TCG the control plane is half of a VM cluster's load; on
+// Why: under TCG the control plane is the largest share of a VM cluster's load; on
 // the VM's host it runs at native speed.
 func StartControlPlane(ctx context.Context, o ControlPlaneOptions) (cp *ControlPlane, err error) {
 	if o.Logf == nil {

@@ -1,7 +1,7 @@
 // Command vmcontrolplane runs the control plane of the VM's cluster suite
 // on the VM's host (cluster.StartControlPlane): etcd, the apiserver, the
 // controller-manager and the scheduler at native speed instead of under
-// TCG, where they were half of the VM's load. scripts/vm-test.sh starts it
+// TCG, where they were the largest share of the VM's load. scripts/vm-test.sh starts it
 // in the network namespace of the VM's tap device, which the VM bridges
 // into its nodes' switch. It writes the CA and the apiserver's URL into
 // DIR (the VM reads them, cluster.Options.ControlPlane), creates DIR/ready
