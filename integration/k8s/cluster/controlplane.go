@@ -154,18 +154,5 @@ func (c *Cluster) plugControlPlaneNIC() error {
 	if err := netlink.LinkSetNsFd(nic, int(sw.Fd())); err != nil {
 		return fmt.Errorf("failed to move %s into the switch's netns: %w", c.opts.ControlPlaneNIC, err)
 	}
-	return inNetNS(c.SwitchNetNS, func() error {
-		nic, err := netlinksafe.LinkByName(c.opts.ControlPlaneNIC)
-		if err != nil {
-			return err
-		}
-		br, err := netlinksafe.LinkByName("br0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(nic, br); err != nil {
-			return fmt.Errorf("failed to add %s to the switch: %w", c.opts.ControlPlaneNIC, err)
-		}
-		return netlink.LinkSetUp(nic)
-	})
+	return inNetNS(c.SwitchNetNS, func() error { return switchPort(c.opts.ControlPlaneNIC) })
 }

@@ -186,22 +186,28 @@ func (c *Cluster) plug(nsPath, port string) error {
 		if err := netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("failed to add the switch port %s: %w", port, err)
 		}
-		l, err := netlinksafe.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		br, err := netlinksafe.LinkByName("br0")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(l, br); err != nil {
-			return err
-		}
-		return linkUp(port)
+		return switchPort(port)
 	}); err != nil {
 		return err
 	}
 	return inNetNS(nsPath, func() error { return linkUp("lo", "eth0") })
+}
+
+// switchPort makes the link port, in the switch's netns (the caller's
+// thread is there), a port of the switch's bridge br0, up.
+func switchPort(port string) error {
+	l, err := netlinksafe.LinkByName(port)
+	if err != nil {
+		return err
+	}
+	br, err := netlinksafe.LinkByName("br0")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetMaster(l, br); err != nil {
+		return fmt.Errorf("failed to add %s to the switch: %w", port, err)
+	}
+	return linkUp(port)
 }
 
 // makeNetwork creates the node's netns on the switch: IP/24 (and IP6/64)
