@@ -196,7 +196,9 @@ test-conformance: deps image image-upgrade tools k8s-bins
 # What users feel at pod start (time to Running): TestPodStartup creates 30 pods at
 # once, with podwire chained and without, and writes the mean times into
 # .cache/bench-bin/pod-startup.txt, which the next make bench puts into
-# docs/benchmarks.md; figures only, not part of make test. PODSTARTUP_BURSTS
+# docs/benchmarks.md; with the agent's memory under large annotations and
+# its footprint idle and under churn (TestAgentFootprint); figures only,
+# not part of make test. PODSTARTUP_BURSTS
 # bursts of each side (even).
 PODSTARTUP_BURSTS ?= 4
 bench-k8s: deps image image-upgrade tools k8s-bins
@@ -204,7 +206,8 @@ bench-k8s: deps image image-upgrade tools k8s-bins
 	$(K8S_TEST_ENV) PODWIRE_K8S_PODSTARTUP=1 PODWIRE_K8S_PODSTARTUP_OUT=$(CURDIR)/.cache/bench-bin/pod-startup.txt \
 		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) \
 		PODWIRE_K8S_MEMORY=1 PODWIRE_K8S_MEMORY_OUT=$(CURDIR)/.cache/bench-bin/agent-memory.txt \
-		$(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations)$$' ./k8s/multinode/
+		PODWIRE_K8S_FOOTPRINT=1 \
+		$(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^(TestPodStartup|TestAgentMemoryUnderAnnotations|TestAgentFootprint)$$' ./k8s/multinode/
 
 # The scale bench (integration/k8s/scale): kwok's controller (built by
 # scripts/kwok-build.sh into .cache) keeps SCALE_SIZES fake Nodes, with pod
