@@ -162,8 +162,8 @@ test-e2e: deps image tools runtime-bins
 runtime-bins:
 	scripts/containerd-build.sh $(CONTAINERD_VERSION) $(RUNC_VERSION) $(CURDIR)/.cache
 
-# Built once per version into .cache (about 25 min on 2 cores the first
-# time, then e2e.test about 4 min; seconds when cached).
+# Built once per version into .cache: the longest build of a cold run
+# (docs/testing.md gives its time), seconds when cached.
 k8s-bins: runtime-bins
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/e2e-build.sh $(K8S_VERSION) $(CURDIR)/.cache

@@ -10,8 +10,8 @@
 #
 # The throwaway module that requires k8s.io/kubernetes is k8s-module.sh's
 # (it says why). One `go build` of all the commands compiles the shared
-# packages once (about 25 min on 2 cores with a cold Go build cache, a few
-# seconds with a warm one; 2.7 GB RAM at the peak). The version variables
+# packages once, not once per command (docs/testing.md gives the cold
+# time; a warm Go build cache relinks in seconds). The version variables
 # are set at link time (k8s_ldflags).
 #
 # Idempotent: a version whose binaries are all present (and whose stamp is
@@ -40,7 +40,7 @@ build_k8s() {
 	work=$(mktemp -d /tmp/podwire-k8sbuild.XXXXXX)
 	trap 'rm -rf "$work"' RETURN
 	k8s_module "$work" k8sbuild
-	echo "k8s-build: building ${K8S_CMDS[*]} (about 25 min with a cold Go build cache)"
+	echo "k8s-build: building ${K8S_CMDS[*]} (the longest build with a cold Go build cache)"
 	local ldflags
 	ldflags=$(k8s_ldflags)
 	local pkgs=()
