@@ -312,9 +312,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		if err := n.startContainerd(ctx); err != nil {
 			return c, err
 		}
-		if err := n.ImportImage(ctx, archive); err != nil {
-			return c, err
-		}
+	}
+	if err := c.ImportImage(ctx, archive); err != nil {
+		return c, err
 	}
 	step("containerd up, pause imported")
 	if opts.ControlPlane == "" {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -761,8 +763,17 @@ func (n *Node) startContainerd(ctx context.Context) error {
 }
 
 // ImportImage imports an OCI archive (WriteImageArchive) into the node's
-// containerd, k8s.io namespace. Pods use it with imagePullPolicy: Never.
+// containerd, k8s.io namespace, and returns once the CRI knows every image
+// the archive names. Pods use it with imagePullPolicy: Never. containerd
+// 2.x's CRI learns of an image that ctr imported from the image-create
+// event, which its event monitor handles after the import has returned; a
+// pod created in between fails ErrImageNeverPull and waits out the
+// kubelet's back-off.
 func (n *Node) ImportImage(ctx context.Context, archive string) error {
+	refs, err := archiveRefs(archive)
+	if err != nil {
+		return err
+	}
 	ctr, err := n.c.opts.Runtime.Bin("ctr")
 	if err != nil {
 		return err
@@ -772,7 +783,74 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 	if err != nil {
 		return fmt.Errorf("failed to import %s on %s: %v\n%s", archive, n.Name, err, out)
 	}
+	images := runtimeapi.NewImageServiceClient(n.criConn)
+	for _, ref := range refs {
+		for {
+			st, err := images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+			if err == nil && st.Image != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: the CRI does not know %s, imported from %s: %v (%w)", n.Name, ref, archive, err, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
 	return nil
+}
+
+// archiveRefs returns the image names of an OCI archive: the
+// io.containerd.image.name annotations of its index.json's manifests,
+// which ctr names the imported images by (WriteImageArchive writes them).
+func archiveRefs(archive string) ([]string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return nil, fmt.Errorf("%s: no index.json: %w", archive, err)
+		}
+		if path.Clean(h.Name) != "index.json" {
+			continue
+		}
+		var index struct {
+			Manifests []struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"manifests"`
+		}
+		if err := json.NewDecoder(tr).Decode(&index); err != nil {
+			return nil, fmt.Errorf("%s: index.json: %w", archive, err)
+		}
+		var refs []string
+		for _, m := range index.Manifests {
+			if ref := m.Annotations["io.containerd.image.name"]; ref != "" {
+				refs = append(refs, ref)
+			}
+		}
+		if len(refs) == 0 {
+			return nil, fmt.Errorf("%s: index.json names no image (io.containerd.image.name)", archive)
+		}
+		return refs, nil
+	}
+}
+
+// ImportImage imports the OCI archive on every node at once (Node.ImportImage):
+// each import is mostly one CPU's work of decompressing and hashing.
+func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
+	errs := make(chan error, len(c.Nodes))
+	for _, n := range c.Nodes {
+		go func() { errs <- n.ImportImage(ctx, archive) }()
+	}
+	var err error
+	for range c.Nodes {
+		err = errors.Join(err, <-errs)
+	}
+	return err
 }
 
 // kubeletConfig: cgroupfs and failCgroupV1 false (this host is hybrid
