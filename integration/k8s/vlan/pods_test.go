@@ -121,52 +121,135 @@ func runPod(t *testing.T, namespace, name string, n *cluster.Node, annotations m
 }
 
 // readyPod waits until the pod namespace/name on node n is Ready and
-// finds its netns.
+// finds its netns. It logs how long the wait took and, from the pod's
+// status, when its sandbox and network were ready and its container
+// started, counted from the pod's creation (whole seconds: the API's).
 func readyPod(t *testing.T, namespace, name string, n *cluster.Node) *pod {
 	t.Helper()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	uid, err := waitReady(ctx, namespace, name)
+	st, err := waitReady(ctx, namespace, name)
 	if err != nil {
 		desc, _ := c.Kubectl(context.Background(), "", "-n", namespace, "describe", "pod", name)
 		t.Fatalf("%v\n%s", err, desc)
 	}
 	p := &pod{namespace: namespace, name: name, node: n}
-	if p.netns, _, err = n.PodNetNS(ctx, uid); err != nil {
+	if p.netns, _, err = n.PodNetNS(ctx, st.Metadata.UID); err != nil {
 		t.Fatalf("pod %s/%s: %v", namespace, name, err)
 	}
-	t.Logf("pod %s/%s on %s Ready in %.1fs", namespace, name, n.Name, time.Since(start).Seconds())
+	took := time.Since(start)
+	t.Logf("pod %s/%s on %s Ready in %.1fs (%s)", namespace, name, n.Name, took.Seconds(), st.phases())
+	if took > 15*time.Second {
+		logEvents(t, namespace, name)
+	}
 	return p
 }
 
-// waitReady waits until the pod namespace/name is Ready and returns its
-// UID.
-func waitReady(ctx context.Context, namespace, name string) (string, error) {
-	var obj struct {
-		Metadata struct {
-			UID string `json:"uid"`
-		} `json:"metadata"`
-		Status struct {
-			Conditions []struct{ Type, Status string } `json:"conditions"`
-		} `json:"status"`
+// logEvents logs the Events of the pod namespace/name other than the
+// kubelet's Pulled, Created and Started: what delayed a slow start (a
+// sandbox tried again, an image not yet known).
+func logEvents(t *testing.T, namespace, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := api(ctx, "GET", "/api/v1/namespaces/"+namespace+"/events?fieldSelector=involvedObject.name%3D"+name, nil)
+	if err != nil {
+		t.Logf("events of %s/%s: %v", namespace, name, err)
+		return
 	}
+	var list struct {
+		Items []struct {
+			cluster.PodEvent
+			Count int `json:"count"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Logf("events of %s/%s: %v", namespace, name, err)
+		return
+	}
+	for _, e := range list.Items {
+		if e.Reason == "Pulled" || e.Reason == "Created" || e.Reason == "Started" {
+			continue
+		}
+		msg := e.Message
+		if len(msg) > 300 {
+			msg = msg[:300] + "..."
+		}
+		t.Logf("  event of %s/%s: %s x%d from %s: %s", namespace, name, e.Reason, e.Count, e.Source.Component, msg)
+	}
+}
+
+// podStatus is what readyPod reads of a pod.
+type podStatus struct {
+	Metadata struct {
+		UID               string    `json:"uid"`
+		CreationTimestamp time.Time `json:"creationTimestamp"`
+	} `json:"metadata"`
+	Status struct {
+		Conditions []struct {
+			Type, Status       string
+			LastTransitionTime time.Time `json:"lastTransitionTime"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			State struct {
+				Running *struct {
+					StartedAt time.Time `json:"startedAt"`
+				} `json:"running"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// ready reports whether the pod's Ready condition is True.
+func (st *podStatus) ready() bool {
+	for _, cond := range st.Status.Conditions {
+		if cond.Type == "Ready" && cond.Status == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// phases says when, after the pod's creation, its sandbox and network
+// were ready (PodReadyToStartContainers), its container started and it
+// was Ready.
+func (st *podStatus) phases() string {
+	at := map[string]time.Time{}
+	for _, cond := range st.Status.Conditions {
+		at[cond.Type] = cond.LastTransitionTime
+	}
+	if cs := st.Status.ContainerStatuses; len(cs) > 0 && cs[0].State.Running != nil {
+		at["started"] = cs[0].State.Running.StartedAt
+	}
+	var parts []string
+	for _, p := range []struct{ key, what string }{{"PodReadyToStartContainers", "sandbox and network"},
+		{"started", "container started"}, {"Ready", "Ready"}} {
+		if t, ok := at[p.key]; ok && !t.IsZero() {
+			parts = append(parts, fmt.Sprintf("%s at %.0fs", p.what, t.Sub(st.Metadata.CreationTimestamp).Seconds()))
+		}
+	}
+	return "after creation: " + strings.Join(parts, ", ")
+}
+
+// waitReady waits until the pod namespace/name is Ready and returns its
+// status.
+func waitReady(ctx context.Context, namespace, name string) (*podStatus, error) {
 	for {
 		b, err := api(ctx, "GET", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		if err := json.Unmarshal(b, &obj); err != nil {
-			return "", err
+		var st podStatus
+		if err := json.Unmarshal(b, &st); err != nil {
+			return nil, err
 		}
-		for _, cond := range obj.Status.Conditions {
-			if cond.Type == "Ready" && cond.Status == "True" {
-				return obj.Metadata.UID, nil
-			}
+		if st.ready() {
+			return &st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("pod %s/%s not Ready: %w", namespace, name, ctx.Err())
+			return nil, fmt.Errorf("pod %s/%s not Ready: %w", namespace, name, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
