@@ -39,6 +39,10 @@ type Uninstall struct {
 	name      string
 	informer  cache.SharedIndexInformer
 
+	// watchGrace bounds how long Decide waits for the watch's word when
+	// the GET does not settle the question.
+	watchGrace time.Duration
+
 	mu sync.Mutex
 	// uid is the DaemonSet the agent first saw: the one that made its
 	// pod (a reinstall makes another, with another UID).
@@ -47,9 +51,13 @@ type Uninstall struct {
 	deleted bool
 }
 
+// uninstallWatchGrace is Uninstall.watchGrace: within the agent's stop
+// budget (stop's 3 s), long enough for a watch event already sent.
+const uninstallWatchGrace = 2 * time.Second
+
 // NewUninstall follows the DaemonSet namespace/name; Run starts the watch.
 func NewUninstall(client metadata.Interface, namespace, name string, resync time.Duration) *Uninstall {
-	u := &Uninstall{client: client, namespace: namespace, name: name}
+	u := &Uninstall{client: client, namespace: namespace, name: name, watchGrace: uninstallWatchGrace}
 	inf := metadatainformer.NewFilteredMetadataInformer(client, daemonSetsResource, namespace, resync,
 		cache.Indexers{}, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name })
 	u.informer = inf.Informer()
@@ -100,12 +108,22 @@ func (u *Uninstall) seen(o any, gone bool) {
 //   - anything else, a 401 or 403 included (a force-deleted agent pod's
 //     token, an RBAC change), a 404 the watch cannot vouch for, no answer:
 //     keep, and say why.
+//
+// The stop can come before the watch's event: the garbage collector
+// deletes the agent's pod as soon as it sees the DaemonSet gone, while
+// the DELETED event may still be on its way to this agent, and helm
+// uninstall deletes the agent's Role right after the DaemonSet, so the
+// GET is then refused. When the GET settles nothing, Decide waits up to
+// watchGrace (within ctx) for the watch before it decides.
 func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) {
+	ds := u.namespace + "/" + u.name
+	m, err := u.client.Resource(daemonSetsResource).Namespace(u.namespace).Get(ctx, u.name, metav1.GetOptions{})
 	u.mu.Lock()
 	uid, watched := u.uid, u.deleted
 	u.mu.Unlock()
-	ds := u.namespace + "/" + u.name
-	m, err := u.client.Resource(daemonSetsResource).Namespace(u.namespace).Get(ctx, u.name, metav1.GetOptions{})
+	if err != nil && !watched && !(apierrors.IsNotFound(err) && uid != "" && u.informer.HasSynced()) {
+		uid, watched = u.awaitDeletion(ctx)
+	}
 	switch {
 	case err == nil && uid != "" && m.UID != uid:
 		return false, fmt.Sprintf("DaemonSet %s was replaced (uid %s, was %s): the new one's agent keeps podwire on the node", ds, m.UID, uid)
@@ -123,6 +141,30 @@ func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) 
 		return false, fmt.Sprintf("the agent may not read DaemonSet %s and the watch saw no deletion: keeping podwire on the node: %v", ds, err)
 	default:
 		return false, fmt.Sprintf("cannot tell a restart from an uninstall, keeping podwire on the node: GET of DaemonSet %s failed: %v", ds, err)
+	}
+}
+
+// awaitDeletion waits until the watch has seen the DaemonSet deleted,
+// watchGrace has passed or ctx ends, and returns what the watch saw.
+func (u *Uninstall) awaitDeletion(ctx context.Context) (ktypes.UID, bool) {
+	grace := time.NewTimer(u.watchGrace)
+	defer grace.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		u.mu.Lock()
+		uid, deleted := u.uid, u.deleted
+		u.mu.Unlock()
+		if deleted {
+			return uid, true
+		}
+		select {
+		case <-ctx.Done():
+			return uid, false
+		case <-grace.C:
+			return uid, false
+		case <-tick.C:
+		}
 	}
 }
 

@@ -70,6 +70,7 @@ func TestUninstallDecide(t *testing.T) {
 				md.PrependReactor("get", "daemonsets", func(clienttesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
 			}
 			u := NewUninstall(md, "podwire-system", "podwire-agent", time.Minute)
+			u.watchGrace = 50 * time.Millisecond
 			u.uid, u.deleted = ktypes.UID(tc.seenUID), tc.seenDeleted
 			if tc.synced {
 				// The watch lists the objects the fake holds.
@@ -86,6 +87,47 @@ func TestUninstallDecide(t *testing.T) {
 			got, reason := u.Decide(context.Background())
 			if got != tc.want || !strings.Contains(reason, tc.reason) {
 				t.Errorf("Decide = %v, %q; want %v, a reason with %q", got, reason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+// TestUninstallDecideWaitsForTheWatch: the stop comes before the watch's
+// DELETED event, and the GET is refused (helm uninstall deleted the Role
+// too): Decide waits for the event and decides an uninstall. The
+// control: with no event within the grace, it keeps podwire.
+func TestUninstallDecideWaitsForTheWatch(t *testing.T) {
+	gr := daemonSetsResource.GroupResource()
+	ds := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "podwire-system", Name: "podwire-agent", UID: "u1"}}
+	for _, tc := range []struct {
+		name  string
+		event bool // the DELETED event arrives 200 ms into Decide
+		want  bool
+	}{
+		{"event after the stop", true, true},
+		{"no event (control)", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := metadatafake.NewTestScheme()
+			if err := metav1.AddMetaToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			md := metadatafake.NewSimpleMetadataClient(scheme)
+			md.PrependReactor("get", "daemonsets", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewForbidden(gr, "podwire-agent", errors.New("no Role"))
+			})
+			u := NewUninstall(md, "podwire-system", "podwire-agent", time.Minute)
+			u.watchGrace = time.Second
+			u.seen(ds, false)
+			if tc.event {
+				time.AfterFunc(200*time.Millisecond, func() { u.seen(ds, true) })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			got, reason := u.Decide(ctx)
+			if got != tc.want {
+				t.Errorf("Decide = %v, %q; want %v", got, reason, tc.want)
 			}
 		})
 	}
