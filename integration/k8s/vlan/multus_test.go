@@ -90,7 +90,7 @@ func TestMultusVLAN(t *testing.T) {
 			t.Errorf("the kubelet's sandbox error is not the refusal: %s", e)
 		}
 	}
-	if b, err := api(ctx, "DELETE", "/api/v1/namespaces/"+vlanNS+"/pods/multus-clash", nil); err != nil && !strings.Contains(string(b), "NotFound") {
+	if err := deletePod(ctx, vlanNS, "multus-clash"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -53,7 +53,7 @@ func createPodWith(t *testing.T, namespace, name string, n *cluster.Node, annota
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if b, err := api(ctx, "DELETE", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil); err != nil && !strings.Contains(string(b), "NotFound") {
+		if err := deletePod(ctx, namespace, name); err != nil {
 			t.Errorf("delete %s/%s: %v", namespace, name, err)
 		}
 	})
@@ -82,7 +82,7 @@ func createPodWith(t *testing.T, namespace, name string, n *cluster.Node, annota
 // stopping the sandbox).
 func deleteAndWait(ctx context.Context, namespace, name string) error {
 	path := "/api/v1/namespaces/" + namespace + "/pods/" + name
-	if b, err := api(ctx, "DELETE", path, nil); err != nil && !strings.Contains(string(b), "NotFound") {
+	if err := deletePod(ctx, namespace, name); err != nil {
 		return err
 	}
 	for {
@@ -95,6 +95,15 @@ func deleteAndWait(ctx context.Context, namespace, name string) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// deletePod deletes the pod namespace/name without waiting for it to go;
+// one already gone is no error.
+func deletePod(ctx context.Context, namespace, name string) error {
+	if b, err := api(ctx, "DELETE", "/api/v1/namespaces/"+namespace+"/pods/"+name, nil); err != nil && !strings.Contains(string(b), "NotFound") {
+		return err
+	}
+	return nil
 }
 
 // api is cluster.API, its request sent again after an error of the
