@@ -40,6 +40,12 @@ RUNC_VERSION := v1.5.2
 CONTAINERD_DIR := $(CURDIR)/.cache/containerd-$(CONTAINERD_VERSION)
 RUNC_BIN := $(CURDIR)/.cache/runc-$(RUNC_VERSION)/runc
 RUNTIME_ENV = PODWIRE_CONTAINERD_DIR=$(CONTAINERD_DIR) PODWIRE_RUNC=$(RUNC_BIN)
+# CRI-O, the runtime of the single-node suite's second leg (its packet
+# tests again, STATUS polled, GC at start-up), with RUNC_VERSION's runc and
+# Debian's conmon; built by scripts/crio-build.sh. 1.36 is the first
+# release that keeps polling STATUS after the network is first ready.
+CRIO_VERSION := v1.36.3
+CRIO_DIR := $(CURDIR)/.cache/crio-$(CRIO_VERSION)
 # Multus thick, which TestMultus of the multi-node suite installs
 # (scripts/multus-build.sh).
 MULTUS_VERSION := v4.2.2
@@ -165,6 +171,7 @@ runtime-bins:
 # Built once per version into .cache: the longest build of a cold run
 # (docs/testing.md gives its time), seconds when cached.
 k8s-bins: runtime-bins
+	scripts/crio-build.sh $(CRIO_VERSION) $(CURDIR)/.cache
 	scripts/k8s-build.sh $(K8S_VERSION) $(ETCD_VERSION) $(CURDIR)/.cache
 	scripts/e2e-build.sh $(K8S_VERSION) $(CURDIR)/.cache
 	scripts/flannel-build.sh $(FLANNEL_VERSION) $(FLANNEL_CNI_VERSION) $(CURDIR)/.cache
@@ -174,7 +181,7 @@ k8s-bins: runtime-bins
 
 # The environment of the Kubernetes suites: the builds of k8s-bins (and
 # runtime-bins) and the agent's images.
-K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
 # The single-node and the multi-node suites run at once (-p 2): each
 # cluster is private to its run, and the first ends while the second sets
