@@ -55,6 +55,9 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 			errs = append(errs, fmt.Errorf("attachment %s: %w", rec.Key(), err))
 			continue
 		}
+		// Named one by one: a GC removes what no DEL did, which an
+		// operator looking for a lost pod's state wants to find.
+		x.log.Info("GC removed an attachment the runtime no longer has", "pod", rec.PodRef())
 		removed++
 	}
 	s.log.Info("GC done", "removed", removed, "errors", len(errs))
