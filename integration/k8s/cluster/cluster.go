@@ -302,21 +302,28 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 		step("etcd healthy")
 	}
-	archive := opts.PauseArchive
-	if archive == "" {
-		if archive, err = BuildPauseArchive(dir, PauseImage); err != nil {
+	if opts.Runtime.IsCRIO() {
+		if err := c.startCRIO(ctx, dir); err != nil {
 			return c, err
 		}
-	}
-	for _, n := range c.Nodes {
-		if err := n.startContainerd(ctx); err != nil {
+		step("CRI-O up, pause pulled")
+	} else {
+		archive := opts.PauseArchive
+		if archive == "" {
+			if archive, err = BuildPauseArchive(dir, PauseImage); err != nil {
+				return c, err
+			}
+		}
+		for _, n := range c.Nodes {
+			if err := n.startContainerd(ctx); err != nil {
+				return c, err
+			}
+		}
+		if err := c.ImportImage(ctx, archive); err != nil {
 			return c, err
 		}
+		step("containerd up, pause imported")
 	}
-	if err := c.ImportImage(ctx, archive); err != nil {
-		return c, err
-	}
-	step("containerd up, pause imported")
 	if opts.ControlPlane == "" {
 		if err := c.startAPIServer(ctx); err != nil {
 			return c, err
@@ -370,7 +377,11 @@ func (c *Cluster) stop() error {
 		}
 	}
 	for _, n := range c.Nodes {
-		if p := c.proc(n, "containerd"); p != nil && p.running() {
+		p := c.proc(n, "containerd")
+		if p == nil {
+			p = c.proc(n, "crio")
+		}
+		if p != nil && p.running() {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			errs = append(errs, n.removeAllSandboxes(ctx))
 			cancel()
@@ -390,6 +401,7 @@ func (c *Cluster) stop() error {
 			syscall.Kill(pid, syscall.SIGKILL)
 			waitGone(pid, 5*time.Second)
 		}
+		n.stopCRIOLeftovers()
 		if n.holder != nil && n.holder.Process != nil {
 			n.holder.Process.Kill()
 			n.holder.Wait()
@@ -409,6 +421,20 @@ func (c *Cluster) stop() error {
 		c.logf("keeping %s", c.Dir)
 	}
 	return errors.Join(errs...)
+}
+
+// Runtime is the nodes' container runtime.
+func (c *Cluster) Runtime() Runtime { return c.opts.Runtime }
+
+// forget drops an ended daemon from the run's list (before it is started
+// again).
+func (c *Cluster) forget(p *proc) {
+	for i, q := range c.procs {
+		if q == p {
+			c.procs = append(c.procs[:i], c.procs[i+1:]...)
+			return
+		}
+	}
 }
 
 // proc returns the daemon called name on node n, or nil.
@@ -441,7 +467,7 @@ func (c *Cluster) end(p *proc) error {
 // logName names a daemon's log in the run's logs/ (LogTail): NAME for the
 // control plane's, NAME.NODE for a node's containerd and kubelet.
 func logName(n *Node, name string) string {
-	if name == "containerd" || name == "kubelet" {
+	if name == "containerd" || name == "crio" || name == "kubelet" {
 		return name + "." + n.Name
 	}
 	return name
@@ -455,7 +481,8 @@ func (c *Cluster) run(n *Node, name, bin string, args ...string) (*proc, error) 
 
 // runEnv is run with the environment env (nil: the test's).
 func (c *Cluster) runEnv(n *Node, name string, env []string, bin string, args ...string) (*proc, error) {
-	log, err := os.Create(filepath.Join(c.Dir, "logs", logName(n, name)+".log"))
+	// Appended to: a daemon restarted (RestartCRIO) keeps its first log.
+	log, err := os.OpenFile(filepath.Join(c.Dir, "logs", logName(n, name)+".log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}

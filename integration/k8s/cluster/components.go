@@ -492,6 +492,13 @@ func (c *Cluster) Versions(ctx context.Context) []string {
 	} else {
 		ask("runc", runc, "--version")
 	}
+	if c.opts.Runtime.IsCRIO() {
+		if conmon, err := c.opts.Runtime.Bin("conmon"); err != nil {
+			lines = append(lines, fmt.Sprintf("%-24s (error: %v)", "conmon", err))
+		} else {
+			ask("conmon", conmon, "--version")
+		}
+	}
 	return lines
 }
 

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/podwire/podwire/tools/image/ociimage"
 )
 
@@ -70,22 +72,33 @@ func GoBinary(srcDir string) ([]byte, error) {
 // archive of an image named ref holding it (Start uses PauseImage; the CRI
 // suite, integration/cri, its own name), for `ctr images import`.
 func BuildPauseArchive(dir, ref string) (string, error) {
-	src := filepath.Join(dir, "pause-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module pause\n\ngo 1.22\n"), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(pauseSource), 0o644); err != nil {
-		return "", err
-	}
-	bin, err := GoBinary(src)
+	img, err := BuildPauseImage(dir)
 	if err != nil {
 		return "", err
 	}
 	archive := filepath.Join(dir, "pause.oci.tar")
-	return archive, WriteImageArchive(archive, ref, []ImageFile{{Path: "pause", Mode: 0o755, Data: bin}}, []string{"/pause"})
+	return archive, ociimage.WriteArchive(archive, ref, img)
+}
+
+// BuildPauseImage compiles the pause binary (in dir) and returns the
+// one-layer image holding it as /pause, its entrypoint: for an archive
+// (BuildPauseArchive) or a registry (CRI-O's nodes pull it from the run's).
+func BuildPauseImage(dir string) (v1.Image, error) {
+	src := filepath.Join(dir, "pause-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module pause\n\ngo 1.22\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(pauseSource), 0o644); err != nil {
+		return nil, err
+	}
+	bin, err := GoBinary(src)
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Image([]ImageFile{{Path: "pause", Mode: 0o755, Data: bin}}, ociimage.Config{Entrypoint: []string{"/pause"}})
 }
 
 // WriteImageArchive writes an OCI archive (for `ctr images import`, see

@@ -61,6 +61,9 @@ type Node struct {
 	PodCIDR netip.Prefix
 	// ContainerdSock is the node's containerd gRPC socket.
 	ContainerdSock string
+	// CRISock is the socket of the node's CRI, which its kubelet talks
+	// to: ContainerdSock, or CRI-O's.
+	CRISock string
 	// Kubeconfig is the kubelet's (system:node:Name, group system:nodes),
 	// reaching the apiserver on the first node's uplink address.
 	Kubeconfig string
@@ -73,13 +76,13 @@ type Node struct {
 }
 
 // nodeDirs are the node's directories, made by newNode under Node.Dir.
-var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "volume-plugins", "certs.d"}
+var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "nohugepages", "varlog", "kubelet", "varlibcni", "varlibcontainers", "sysctl", "ipam", "volume-plugins", "certs.d"}
 
 // nodeBinds are the node paths that are directories of the node, as the
 // holder binds them (holderScript).
 var nodeBinds = map[string]string{
 	"/run": "run", "/var/log": "varlog", "/var/lib/kubelet": "kubelet", "/var/lib/cni": "varlibcni",
-	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d",
+	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d", "/var/lib/containers": "varlibcontainers",
 }
 
 func (c *Cluster) newNode(i int) (*Node, error) {
@@ -94,6 +97,10 @@ func (c *Cluster) newNode(i int) (*Node, error) {
 	}
 	n.CNIBinDir, n.CNIConfDir = filepath.Join(n.Dir, "cni-bin"), filepath.Join(n.Dir, "net.d")
 	n.ContainerdSock = filepath.Join(n.Dir, "containerd.sock")
+	n.CRISock = n.ContainerdSock
+	if c.opts.Runtime.IsCRIO() {
+		n.CRISock = n.crioSock()
+	}
 	n.Kubeconfig = filepath.Join(n.Dir, "kubelet.kubeconfig")
 	for _, d := range nodeDirs {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
@@ -342,8 +349,9 @@ func removeNetNS(p string) error {
 // node over: they must exist on the host as mountpoints. /var/lib/kubelet
 // is hard-coded in the kubelet (device plugins); /opt/cni/bin and
 // /etc/cni/net.d are where DaemonSets (podwire's, flannel's) mount the CNI
-// dirs from.
-var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d"}
+// dirs from; /var/lib/containers is where CRI-O's image library keeps its
+// blob-info cache, a path it offers no setting for.
+var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d", "/var/lib/containers"}
 
 // hostDirMark is the extended attribute that marks a directory
 // makeHostDirs created: whichever run stops last removes it (two runs of
@@ -507,16 +515,23 @@ func (n *Node) removeCgroups() error {
 // are those of the mounting namespace, so the node's are bound over
 // /sys/class/net and /sys/devices/virtual/net (not over /sys, which would
 // hide the cgroup mounts runc and the kubelet need; this is also why daemons
-// enter with nsenter and not `ip netns exec`, which remounts /sys).
+// enter with nsenter and not `ip netns exec`, which remounts /sys). The
+// node offers no huge pages (an empty /sys/kernel/mm/hugepages): this
+// host's hugetlb cgroup controller is not mounted, so a huge-page limit
+// cannot be set, and the kubelet asks the runtime for one (0) per page size
+// it finds. containerd ignores them (disable_hugetlb_controller); CRI-O
+// passes them to runc, which then fails every container.
 const holderScript = `set -e
 d=$1
 mount -t sysfs sysfs "$d/sys"
 mount --bind "$d/sys/class/net" /sys/class/net
 mount --bind "$d/sys/devices/virtual/net" /sys/devices/virtual/net
+if [ -d /sys/kernel/mm/hugepages ]; then mount --bind "$d/nohugepages" /sys/kernel/mm/hugepages; fi
 mount --bind "$d/run" /run
 mount --bind "$d/varlog" /var/log
 mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/varlibcni" /var/lib/cni
+mount --bind "$d/varlibcontainers" /var/lib/containers
 mount --bind "$d/cni-bin" /opt/cni/bin
 mount --bind "$d/net.d" /etc/cni/net.d
 mount --make-rshared /
@@ -770,6 +785,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 // pod created in between fails ErrImageNeverPull and waits out the
 // kubelet's back-off.
 func (n *Node) ImportImage(ctx context.Context, archive string) error {
+	if n.c.opts.Runtime.IsCRIO() {
+		return fmt.Errorf("%s runs CRI-O, which takes images from registries only: push %s (Cluster.Push) and pull it (Node.PullImage)", n.Name, archive)
+	}
 	refs, err := archiveRefs(archive)
 	if err != nil {
 		return err
@@ -881,7 +899,7 @@ oomScoreAdj: 0
 protectKernelDefaults: true
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-containerRuntimeEndpoint: unix://{{dir}}/containerd.sock
+containerRuntimeEndpoint: unix://{{criSock}}
 volumePluginDir: {{dir}}/volume-plugins
 podLogsDir: /var/log/pods
 clusterDNS: ["{{clusterDNS}}"]
@@ -901,7 +919,7 @@ const kubeletEviction = `evictionHard:
 `
 
 func (n *Node) startKubelet() error {
-	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir,
+	cfg := strings.NewReplacer("{{ca}}", n.c.pki("ca.crt"), "{{cgroupRoot}}", n.cgroupRoot, "{{dir}}", n.Dir, "{{criSock}}", n.CRISock,
 		"{{clusterDNS}}", n.c.ClusterDNS()[0].String(), "{{clusterDomain}}", ClusterDomain).Replace(kubeletConfig)
 	if n.c.opts.LeanKubelets {
 		cfg = strings.Replace(cfg, kubeletEviction, "evictionHard: {}\nlocalStorageCapacityIsolation: false\n", 1)
@@ -999,6 +1017,10 @@ func (n *Node) PodNetNS(ctx context.Context, uid string) (path, sandboxID string
 		if err != nil {
 			return "", "", err
 		}
+		if n.c.opts.Runtime.IsCRIO() {
+			path, err := n.crioNetNS(st.Info["info"])
+			return path, s.Id, err
+		}
 		var info struct {
 			Pid int `json:"pid"`
 		}
@@ -1029,8 +1051,11 @@ func (n *Node) NetworkReady(ctx context.Context) (ready bool, reason, message st
 
 // CNIConfig returns the CNI configuration the node's containerd has
 // loaded, as its verbose CRI status reports it (JSON with each network's
-// source).
+// source). CRI-O reports none (ErrNoCNIConfig).
 func (n *Node) CNIConfig(ctx context.Context) (string, error) {
+	if n.c.opts.Runtime.IsCRIO() {
+		return "", ErrNoCNIConfig
+	}
 	st, err := n.cri.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if err != nil {
 		return "", err
@@ -1041,6 +1066,10 @@ func (n *Node) CNIConfig(ctx context.Context) (string, error) {
 	}
 	return conf, nil
 }
+
+// ErrNoCNIConfig is CNIConfig's error on a runtime that does not report
+// the CNI configuration it loaded (CRI-O).
+var ErrNoCNIConfig = errors.New("the runtime does not report the CNI configuration it loaded")
 
 // ProcessesMentioning lists the pids whose command line contains s (a
 // containerd socket path names the daemon and its shims).

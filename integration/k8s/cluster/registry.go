@@ -23,10 +23,12 @@ var RegistryHost = netip.AddrPortFrom(OutsideIP, 5000).String()
 // pkg/registry, plain HTTP) on RegistryHost inside the outside netns until
 // Stop, and tells every node's containerd to pull from it over plain HTTP,
 // as an operator does for such a registry: a hosts.toml under the CRI
-// registry's config_path. Push to it from the outside netns.
+// registry's config_path (CRI-O's nodes have it in their registries.conf
+// from the start). Push to it from the outside netns. A second call
+// returns nil: Start starts it for CRI-O's nodes.
 func (c *Cluster) StartRegistry() error {
 	if c.registry != nil {
-		return fmt.Errorf("the registry is already running")
+		return nil // Start's, for CRI-O nodes
 	}
 	var ln net.Listener
 	if err := inNetNS(c.OutsideNetNS, func() error {

@@ -11,7 +11,8 @@ import (
 )
 
 // Runtime is the container runtime a node runs: a containerd build and
-// the runc its shims start.
+// the runc its shims start, or CRI-O (CRIO) with that runc and Debian's
+// conmon.
 type Runtime struct {
 	// Dir holds containerd, containerd-shim-runc-v2 and ctr of one build
 	// (scripts/containerd-build.sh). "" is the host's, found on PATH
@@ -19,11 +20,31 @@ type Runtime struct {
 	Dir string
 	// Runc is the runc binary; "" is the host's, found on PATH.
 	Runc string
+	// CRIO, when set, is the directory of a CRI-O build
+	// (scripts/crio-build.sh: crio and pinns): the nodes run CRI-O
+	// instead of containerd (Dir is then unused), its containers under
+	// Runc and the host's conmon (Debian's package).
+	CRIO string
 }
 
 // RuntimeEnv are the variables of make test-k8s and make test-e2e that
 // name the runtime under test (RuntimeFromEnv).
 var RuntimeEnv = []string{"PODWIRE_CONTAINERD_DIR", "PODWIRE_RUNC"}
+
+// CRIOEnv names the CRI-O build of a suite's CRI-O leg (Suite.CRIOLeg).
+const CRIOEnv = "PODWIRE_CRIO_DIR"
+
+// IsCRIO reports whether the nodes run CRI-O.
+func (r Runtime) IsCRIO() bool { return r.CRIO != "" }
+
+// Name is the runtime's name as the suites print it: "CRI-O" or
+// "containerd".
+func (r Runtime) Name() string {
+	if r.IsCRIO() {
+		return "CRI-O"
+	}
+	return "containerd"
+}
 
 // RuntimeFromEnv is the runtime PODWIRE_CONTAINERD_DIR and PODWIRE_RUNC
 // name; either unset is the host's program.
@@ -31,16 +52,23 @@ func RuntimeFromEnv() Runtime {
 	return Runtime{Dir: os.Getenv("PODWIRE_CONTAINERD_DIR"), Runc: os.Getenv("PODWIRE_RUNC")}
 }
 
-// Bin is the path of name (containerd, containerd-shim-runc-v2, ctr or
-// runc) in the runtime, or the error saying where it is missing.
+// Bin is the path of name (containerd, containerd-shim-runc-v2, ctr,
+// runc, or CRI-O's crio, pinns and conmon) in the runtime, or the error
+// saying where it is missing.
 func (r Runtime) Bin(name string) (string, error) {
 	switch {
+	case name == "crio" || name == "pinns":
+		p := filepath.Join(r.CRIO, name)
+		if _, err := os.Stat(p); r.CRIO == "" || err != nil {
+			return "", fmt.Errorf("missing %s in %q (%s; scripts/crio-build.sh builds it): %v", name, r.CRIO, CRIOEnv, err)
+		}
+		return p, nil
 	case name == "runc" && r.Runc != "":
 		if _, err := os.Stat(r.Runc); err != nil {
 			return "", fmt.Errorf("runc %q (PODWIRE_RUNC; scripts/containerd-build.sh builds it): %w", r.Runc, err)
 		}
 		return r.Runc, nil
-	case name != "runc" && r.Dir != "":
+	case name != "runc" && name != "conmon" && r.Dir != "":
 		p := filepath.Join(r.Dir, name)
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("missing %s in %q (PODWIRE_CONTAINERD_DIR; scripts/containerd-build.sh builds it): %w", name, r.Dir, err)
@@ -56,7 +84,11 @@ func (r Runtime) Bin(name string) (string, error) {
 
 // Check returns the first binary of the runtime that is missing.
 func (r Runtime) Check() error {
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc"} {
+	bins := []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc"}
+	if r.IsCRIO() {
+		bins = []string{"crio", "pinns", "conmon", "runc"}
+	}
+	for _, b := range bins {
 		if _, err := r.Bin(b); err != nil {
 			return err
 		}

@@ -28,6 +28,8 @@ type Suite struct {
 	// install). Its stop, when not nil, runs after the tests, before the
 	// cluster stops.
 	Setup func(ctx context.Context, c *Cluster, env map[string]string) (stop func(), err error)
+	// CRIOLeg runs the tests a second time on CRI-O (Main).
+	CRIOLeg bool
 
 	skip string
 }
@@ -38,26 +40,48 @@ type Suite struct {
 // of "ok" with nothing run. Otherwise it starts the cluster, runs Setup
 // and the tests, then stops the cluster with every process, mount and
 // namespace of the run. A failed start or Setup prints FAIL and returns 1.
+// With CRIOLeg and PODWIRE_CRIO_DIR set, it then does it all again on a
+// cluster whose nodes run CRI-O (the tests run twice: Cluster.Runtime says
+// which leg a test is in).
 func (s *Suite) Main(m *testing.M) int {
 	env, skip := TestEnv(s.Env...)
 	if s.skip = skip; skip != "" {
 		return m.Run()
 	}
+	code := s.leg(m, env, Runtime{})
+	if !s.CRIOLeg {
+		return code
+	}
+	dir := os.Getenv(CRIOEnv)
+	if dir == "" {
+		fmt.Printf("cluster: %s unset: no CRI-O leg (make test-k8s sets it)\n", CRIOEnv)
+		return code
+	}
+	fmt.Printf("=== the suite again, its nodes on CRI-O (%s)\n", dir)
+	return max(code, s.leg(m, env, Runtime{CRIO: dir, Runc: RuntimeFromEnv().Runc}))
+}
+
+// leg is one run of the tests on a cluster of its own whose nodes run rt
+// (the zero value: Options' Runtime, else RuntimeFromEnv).
+func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime) int {
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
 	defer cancel()
 	opts := s.Options(env)
 	opts.Logf, opts.Keep = logf, os.Getenv("PODWIRE_K8S_KEEP") != ""
+	if rt != (Runtime{}) {
+		opts.Runtime = rt
+	}
 	if opts.Runtime == (Runtime{}) {
 		opts.Runtime = RuntimeFromEnv()
 	}
-	if opts.Runtime.Dir == "" {
+	if opts.Runtime.Dir == "" && !opts.Runtime.IsCRIO() {
 		logf("PODWIRE_CONTAINERD_DIR unset: the nodes run the host's containerd (the legacy leg)")
 	}
 	start := time.Now()
 	c, err := Start(ctx, opts)
 	if err != nil {
-		fmt.Printf("FAIL: cluster start: %v\n", err)
+		fmt.Printf("FAIL: cluster start (%s): %v\n", opts.Runtime.Name(), err)
 		return 1
 	}
 	defer func() {
@@ -67,7 +91,7 @@ func (s *Suite) Main(m *testing.M) int {
 		}
 		logf("stopped in %.1fs", time.Since(t0).Seconds())
 	}()
-	logf("up in %.1fs", time.Since(start).Seconds())
+	logf("up in %.1fs (%s)", time.Since(start).Seconds(), opts.Runtime.Name())
 	stop, err := s.Setup(ctx, c, env)
 	if err != nil {
 		fmt.Printf("FAIL: %v\n", err)
