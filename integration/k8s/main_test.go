@@ -8,7 +8,11 @@
 // between the pods, the node and the network outside it (another netns
 // behind the node's uplink). One cluster serves every test of the package:
 // it is started in TestMain and stopped, with every process, mount and
-// namespace of the run, when the tests end.
+// namespace of the run, when the tests end. Then every test runs again on a
+// second cluster whose node runs CRI-O (PODWIRE_CRIO_DIR,
+// scripts/crio-build.sh) with the same runc and Debian's conmon: CRI-O
+// polls the chain's STATUS every 5 s instead (cni_status_grace_period) and
+// calls its GC when it starts (TestRuntimeGC).
 //
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
 // Kubernetes binaries of scripts/k8s-build.sh), PODWIRE_ETCD,
@@ -19,13 +23,16 @@
 package k8s
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,7 +92,8 @@ var suite = cluster.Suite{
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
 			OutsideRoutes: []netip.Prefix{routedNet}, PTPCNIVersion: primaryCNIVersion}
 	},
-	Setup: setUp,
+	Setup:   setUp,
+	CRIOLeg: true,
 }
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
@@ -172,17 +180,58 @@ func deployPodwire(ctx context.Context) error {
 		return err
 	}
 	// The kubelet pulled the pushed index from the run's registry (nothing
-	// was imported): the agent container's image ID is its digest there.
+	// was imported): the agent container's image ID is its digest there
+	// (containerd's), or, with CRI-O, one of the digests its image store
+	// keeps for the pull: the index's or its manifests'.
 	ids, err := c.Kubectl(ctx, "", "-n", agentNS, "get", "pods",
 		"-o", "jsonpath={.items[*].status.containerStatuses[*].imageID}")
-	want := cluster.RegistryHost + "/podwire/podwire-agent@" + podwirePinned[strings.LastIndex(podwirePinned, "@")+1:]
-	if err != nil || strings.TrimSpace(ids) != want {
-		return fmt.Errorf("the agent runs image %q, want %s: %v", ids, want, err)
+	repo := cluster.RegistryHost + "/podwire/podwire-agent@"
+	index := podwirePinned[strings.LastIndex(podwirePinned, "@")+1:]
+	want := []string{index}
+	if c.Runtime().IsCRIO() {
+		manifests, err := indexManifests(podwireImage, index)
+		if err != nil {
+			return err
+		}
+		want = append(want, manifests...)
+	}
+	got, _ := strings.CutPrefix(strings.TrimSpace(ids), repo)
+	if err != nil || !slices.Contains(want, got) {
+		return fmt.Errorf("the agent runs image %q, want %s and one of %v: %v", ids, repo, want, err)
 	}
 	if err := waitCNIConfig(ctx, true); err != nil {
 		return err
 	}
 	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
+}
+
+// indexManifests lists the digests of the manifests that the image index
+// with digest index (a blob of the OCI archive) names.
+func indexManifests(archive, index string) ([]string, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return nil, fmt.Errorf("%s: no blob %s: %w", archive, index, err)
+		}
+		if h.Name != "blobs/"+strings.Replace(index, ":", "/", 1) {
+			continue
+		}
+		var idx struct{ Manifests []struct{ Digest string } }
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			return nil, fmt.Errorf("%s: blob %s: %w", archive, index, err)
+		}
+		var out []string
+		for _, m := range idx.Manifests {
+			out = append(out, m.Digest)
+		}
+		return out, nil
+	}
 }
 
 // applyDeploy applies deploy/ with the image pushed (deployManifests)
@@ -282,15 +331,22 @@ func waitFile(ctx context.Context, path string, ok func([]byte) bool) error {
 	}
 }
 
-// waitCNIConfig waits until containerd has (re)loaded a conflist with
+// waitCNIConfig waits until the runtime has (re)loaded a conflist with
 // (or without) podwire in its chain: it reloads on the conf dir's inotify
-// events, asynchronously.
+// events, asynchronously. containerd reports what it loaded; CRI-O does
+// not, so on CRI-O it waits until the primary's conflist is as wanted and
+// crio has loaded its networks since the file last changed (crioLoaded).
 func waitCNIConfig(ctx context.Context, withPodwire bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		conf, err := n1.CNIConfig(ctx)
-		if err == nil && strings.Contains(conf, `\"type\":\"podwire\"`) == withPodwire {
+		if errors.Is(err, cluster.ErrNoCNIConfig) {
+			conf, err = crioLoaded()
+			if err == nil && podwireEntryRE.MatchString(conf) == withPodwire {
+				return nil
+			}
+		} else if err == nil && strings.Contains(conf, `\"type\":\"podwire\"`) == withPodwire {
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -298,6 +354,32 @@ func waitCNIConfig(ctx context.Context, withPodwire bool) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// podwireEntryRE matches podwire's entry in a conflist file.
+var podwireEntryRE = regexp.MustCompile(`"type":\s*"podwire"`)
+
+// crioLoaded returns the primary's conflist once crio has loaded its CNI
+// networks (its log's "Updated default CNI network name" line, written
+// after each reload) at or after the file's last change; an error until
+// then.
+func crioLoaded() (string, error) {
+	fi, err := os.Stat(n1.PrimaryConflist)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(n1.PrimaryConflist)
+	if err != nil {
+		return "", err
+	}
+	last, err := c.LastLogLine("crio."+n1.Name, "Updated default CNI network name")
+	if err != nil {
+		return "", err
+	}
+	if last.Before(fi.ModTime()) {
+		return "", fmt.Errorf("crio last loaded its CNI networks at %v, before %s changed at %v", last, n1.PrimaryConflist, fi.ModTime())
+	}
+	return string(b), nil
 }
 
 // readinessMonitor samples the Node's Ready condition every second for the

@@ -145,8 +145,11 @@ func checkPodLeftNothing(t *testing.T, p *pod) {
 }
 
 // podIPRE matches p's address as a whole word.
-func podIPRE(p *pod) *regexp.Regexp {
-	return regexp.MustCompile(`\b` + regexp.QuoteMeta(p.ip.String()) + `\b`)
+func podIPRE(p *pod) *regexp.Regexp { return ipRE(p.ip.String()) }
+
+// ipRE matches the address ip as a whole word.
+func ipRE(ip string) *regexp.Regexp {
+	return regexp.MustCompile(`\b` + regexp.QuoteMeta(ip) + `\b`)
 }
 
 // createNamespace creates a namespace and waits for its default
