@@ -89,11 +89,14 @@ func (c *Cluster) newNode(i int) (*Node, error) {
 	name := fmt.Sprintf("podwire-k8s-%d", i+1)
 	n := &Node{c: c, Name: name, Index: i, IP: nodeIP(i), Dir: filepath.Join(c.Dir, "nodes", name),
 		cgroupRoot: fmt.Sprintf("/%s-%d", filepath.Base(c.Dir), i+1)}
-	if c.opts.DualStack {
+	if c.opts.DualStack || c.opts.IPv6Only {
 		n.IP6 = nodeIP6(i)
 	}
 	if c.opts.Primary == PrimaryPTP {
 		n.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 198, byte(i), 0}), 24)
+		if c.opts.IPv6Only {
+			n.PodCIDR = netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0, 0x10, 0x01, 0x98, 0, byte(i)}), 64)
+		}
 	}
 	n.CNIBinDir, n.CNIConfDir = filepath.Join(n.Dir, "cni-bin"), filepath.Join(n.Dir, "net.d")
 	n.ContainerdSock = filepath.Join(n.Dir, "containerd.sock")
@@ -172,7 +175,7 @@ func (c *Cluster) makeSwitch() error {
 		if err := addAddr("eth0", netip.PrefixFrom(OutsideIP, LinkPrefix.Bits())); err != nil {
 			return err
 		}
-		if c.opts.DualStack {
+		if c.opts.DualStack || c.opts.IPv6Only {
 			if err := addAddr("eth0", netip.PrefixFrom(OutsideIP6, LinkPrefix6.Bits())); err != nil {
 				return err
 			}
@@ -277,6 +280,9 @@ func (n *Node) makeNetwork() error {
 			gw := n.IP
 			if p.Addr().Is6() {
 				gw = n.IP6
+			}
+			if !gw.IsValid() {
+				continue // OutsideRoutes of a family the cluster does not run
 			}
 			_, dst, _ := net.ParseCIDR(p.String())
 			if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: dst, Gw: net.IP(gw.AsSlice())}); err != nil {
@@ -639,13 +645,21 @@ func (n *Node) PrimaryConflistBytes() []byte {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": %q, "gateway": %q}]],
-        "routes": [{"dst": "0.0.0.0/0"}],
+        "routes": [{"dst": %q}],
         "dataDir": %q
       }
     }
   ]
 }
-`, n.c.opts.PTPCNIVersion, n.PodCIDR, n.PodCIDR.Addr().Next(), filepath.Join(n.Dir, "ipam")))
+`, n.c.opts.PTPCNIVersion, n.PodCIDR, n.PodCIDR.Addr().Next(), defaultRoute(n.PodCIDR), filepath.Join(n.Dir, "ipam")))
+}
+
+// defaultRoute is the default route of p's family.
+func defaultRoute(p netip.Prefix) string {
+	if p.Addr().Is6() {
+		return "::/0"
+	}
+	return "0.0.0.0/0"
 }
 
 // containerdConfigs are the configs of containerd 1.x (version 2) and
@@ -929,7 +943,10 @@ func (n *Node) startKubelet() error {
 		return err
 	}
 	nodeIPs := n.IP.String()
-	if n.IP6.IsValid() {
+	switch {
+	case n.c.opts.IPv6Only:
+		nodeIPs = n.IP6.String()
+	case n.IP6.IsValid():
 		nodeIPs += "," + n.IP6.String()
 	}
 	args := []string{"--config=" + path, "--kubeconfig=" + n.Kubeconfig, "--hostname-override=" + n.Name, "--node-ip=" + nodeIPs}
@@ -977,8 +994,7 @@ func (n *Node) CollectSandboxes(ctx context.Context, uid string) error {
 		}
 		if stopped {
 			for _, s := range items {
-				_, err := n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
-				if err != nil && status.Code(err) != codes.NotFound {
+				if err := n.removeSandbox(ctx, s.Id); err != nil {
 					return fmt.Errorf("RemovePodSandbox %s of pod uid %s on %s: %w", s.Id, uid, n.Name, err)
 				}
 			}
@@ -990,6 +1006,27 @@ func (n *Node) CollectSandboxes(ctx context.Context, uid string) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// removeSandbox removes a stopped sandbox; one the kubelet's GC removed
+// first is not an error. CRI-O fails a removal that races the kubelet's
+// removal of the sandbox's containers ("no such id" of a container it was
+// deleting), so a failure is tried again, a few times: a failing DEL
+// fails every time.
+func (n *Node) removeSandbox(ctx context.Context, id string) error {
+	var err error
+	for range 5 {
+		_, err = n.cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+		if err == nil || status.Code(err) == codes.NotFound {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return err
 }
 
 // Sandboxes lists the node's CRI sandboxes of the pod with uid (any state).
