@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
 )
 
 // The cluster's DNS is CoreDNS (PODWIRE_COREDNS, scripts/coredns-build.sh's
@@ -75,7 +76,7 @@ func TestClusterDNS(t *testing.T) {
 
 	const name, port = "dns-echo", 8080
 	server := runPod(t, "default", "dns-server", c.Nodes[1], map[string]string{"app": name})
-	ln, err := tcpListen(server.netns, port)
+	ln, err := packets.TCPListen(server.netns, port)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	"github.com/podwire/podwire/integration/packets"
 )
 
 // azureProbe is the source of Azure's IPv6 load-balancer health probe (on
@@ -58,46 +59,12 @@ spec:
 	return strconv.Atoi(strings.TrimSpace(out))
 }
 
-// tcpListen accepts TCP connections on [::]:port in nsPath (and closes
-// each at once) until the listener is closed.
-func tcpListen(nsPath string, port int) (net.Listener, error) {
-	var ln net.Listener
-	err := ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conn.Close()
-		}
-	}()
-	return ln, nil
-}
-
 // probe opens a TCP connection from the outside network with source
 // azureProbe (a link-local address of the outside's uplink, as on AKS,
 // where the probe comes from the nodes' router) to dst, and reports
 // whether the handshake completed within timeout.
 func probe(dst netip.AddrPort, timeout time.Duration) (bool, error) {
-	answered := false
-	err := ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
-		d := net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.IP(azureProbe.AsSlice()), Zone: "eth0"}}
-		conn, err := d.Dial("tcp", dst.String())
-		if err == nil {
-			conn.Close()
-			answered = true
-		}
-		return nil
-	})
-	return answered, err
+	return packets.TCPHandshake(c.OutsideNetNS, azureProbe, "eth0", dst, timeout)
 }
 
 // addProbeSource gives the outside network's uplink azureProbe.
@@ -138,7 +105,7 @@ func probeControlRun(ctx context.Context) {
 		probeControl.err = err
 		return
 	}
-	ln, err := tcpListen(backend.netns, port)
+	ln, err := packets.TCPListen(backend.netns, port)
 	if err != nil {
 		probeControl.err = err
 		return
@@ -201,7 +168,7 @@ func TestAKSProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	backend := runPod(t, "default", name, c.Nodes[1], map[string]string{"app": name})
-	ln, err := tcpListen(backend.netns, port)
+	ln, err := packets.TCPListen(backend.netns, port)
 	if err != nil {
 		t.Fatal(err)
 	}
