@@ -56,16 +56,48 @@ var (
 	readiness     *readinessMonitor
 )
 
-// Test addresses, all inside the run's namespaces.
-var (
+// addressFamily is the test addresses of one IP family, all inside the
+// run's namespaces; setUp picks the leg's (fam).
+type addressFamily struct {
 	// routedNet is forwarding.routablePrefixes: the client network behind
-	// a forwarding pod, which the node routes to it (podwire.io/routes).
-	routedNet = netip.MustParsePrefix("198.51.100.0/24")
+	// a forwarding pod, which the node routes to it (podwire.io/routes);
+	// routedHalf a narrower route inside it (TestDeletion).
+	routedNet, routedHalf netip.Prefix
+	// clientGW and client are the forwarding pod's and its client's
+	// addresses on the network behind it, in routedNet.
+	clientGW, client netip.Prefix
 	// serverIP is a server outside the node beyond the exceptCIDRs: pod
 	// traffic to it leaves with the node's egress IP.
-	serverIP = netip.MustParseAddr("192.0.2.10")
-	// egressIP is the node's egress address, a second address on its uplink.
-	egressIP = netip.MustParseAddr("10.99.0.10")
+	serverIP netip.Addr
+	// egressIP is the node's egress address, a second address on its
+	// uplink (in linkPrefix).
+	egressIP netip.Addr
+	// outsideIP is the network outside the node (cluster.OutsideIP or
+	// cluster.OutsideIP6), linkPrefix the uplinks' segment, serviceCIDR
+	// the Services' range.
+	outsideIP               netip.Addr
+	linkPrefix, serviceCIDR netip.Prefix
+	// nowhere is a source from nowhere (forgedSources).
+	nowhere netip.Addr
+}
+
+var (
+	ipv4 = addressFamily{
+		routedNet: netip.MustParsePrefix("198.51.100.0/24"), routedHalf: netip.MustParsePrefix("198.51.100.128/25"),
+		clientGW: netip.MustParsePrefix("198.51.100.1/24"), client: netip.MustParsePrefix("198.51.100.2/24"),
+		serverIP: netip.MustParseAddr("192.0.2.10"), egressIP: netip.MustParseAddr("10.99.0.10"),
+		outsideIP: cluster.OutsideIP, linkPrefix: cluster.LinkPrefix, serviceCIDR: cluster.ServiceCIDR,
+		nowhere: netip.MustParseAddr("203.0.113.66"),
+	}
+	ipv6 = addressFamily{
+		routedNet: netip.MustParsePrefix("2001:db8:100::/64"), routedHalf: netip.MustParsePrefix("2001:db8:100:0:8000::/65"),
+		clientGW: netip.MustParsePrefix("2001:db8:100::1/64"), client: netip.MustParsePrefix("2001:db8:100::2/64"),
+		serverIP: netip.MustParseAddr("2001:db8:2::10"), egressIP: netip.MustParseAddr("fd99::10"),
+		outsideIP: cluster.OutsideIP6, linkPrefix: cluster.LinkPrefix6, serviceCIDR: cluster.ServiceCIDR6,
+		nowhere: netip.MustParseAddr("2001:db8:66::66"),
+	}
+	// fam is the leg's family: ipv6 on the single-stack IPv6 leg.
+	fam = ipv4
 )
 
 // missingUplink is the VLAN uplink the config names and the node never has.
@@ -90,10 +122,11 @@ var suite = cluster.Suite{
 	Timeout: 4 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
-			OutsideRoutes: []netip.Prefix{routedNet}, PTPCNIVersion: primaryCNIVersion}
+			OutsideRoutes: []netip.Prefix{ipv4.routedNet, ipv6.routedNet}, PTPCNIVersion: primaryCNIVersion}
 	},
 	Setup:   setUp,
 	CRIOLeg: true,
+	IPv6Leg: true,
 }
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
@@ -105,12 +138,21 @@ var needCluster = suite.Need
 // the readiness monitor, which stop ends.
 func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (stop func(), err error) {
 	c, n1 = cl, cl.Nodes[0]
+	fam = ipv4
+	if c.IPv6Only() {
+		fam = ipv6
+	}
 	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
 	fmt.Println("versions:")
 	for _, l := range append(c.Versions(ctx),
 		cluster.VersionLine(ctx, "podwire", podwireBin, "version"),
 		cluster.CNIVersionLine(ctx, "ptp (VERSION)", filepath.Join(n1.CNIBinDir, "ptp"))) {
 		fmt.Println("  " + l)
+	}
+	if c.IPv6Only() {
+		if err := checkSingleStackIPv6(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err := deployPodwire(ctx); err != nil {
 		return nil, fmt.Errorf("kubectl apply -f deploy/: %w\n%s", err, describeAgent(ctx))
@@ -119,26 +161,54 @@ func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (sto
 	return readiness.stop, nil
 }
 
+// checkSingleStackIPv6 checks that the IPv6 leg's cluster is what it
+// claims: the Node's InternalIPs and the kubernetes Service's families are
+// IPv6 only.
+func checkSingleStackIPv6(ctx context.Context) error {
+	ips, err := c.Kubectl(ctx, "", "get", "node", n1.Name, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	if err != nil {
+		return err
+	}
+	families, err := c.Kubectl(ctx, "", "get", "service", "kubernetes", "-o", "jsonpath={.spec.ipFamilies} {.spec.clusterIPs}")
+	if err != nil {
+		return err
+	}
+	for _, ip := range strings.Fields(ips) {
+		if a, err := netip.ParseAddr(ip); err != nil || !a.Is6() {
+			return fmt.Errorf("the single-stack IPv6 cluster's Node has InternalIP %q", ip)
+		}
+	}
+	if ips == "" || !strings.HasPrefix(families, `["IPv6"] `) {
+		return fmt.Errorf("not single-stack IPv6: Node InternalIPs %q, kubernetes Service %s", ips, families)
+	}
+	fmt.Printf("single-stack IPv6: Node InternalIP %s, kubernetes Service %s\n", ips, families)
+	return nil
+}
+
 // podwireConfig is podwire's entry on this node: the source check, the
 // forwarding gate (nf-*), egress from the Node annotation (which the node
 // agent writes into stateDir), and a VLAN uplink that does not exist on the
-// node. The runtime capability is off: containerd sends no annotations, so
+// node; on the IPv6 leg, the Azure probe SNAT too (TestProbeSNAT). The runtime capability is off: containerd sends no annotations, so
 // every pod's annotations come from the node agent, under deploy/'s RBAC.
 // stateDir is the default, /run/podwire, deploy/'s hostPath.
 func podwireConfig() map[string]any {
-	return map[string]any{
+	conf := map[string]any{
 		"type":         "podwire",
 		"capabilities": map[string]bool{"io.kubernetes.cri.pod-annotations": false},
 		"logFile":      "/var/log/podwire.log",
 		"sourceCheck":  true,
 		"uplink":       missingUplink,
 		"allowedVLANs": "100-199",
-		"forwarding":   map[string]any{"namespaces": []string{"nf-*"}, "routablePrefixes": []string{routedNet.String()}},
+		"forwarding":   map[string]any{"namespaces": []string{"nf-*"}, "routablePrefixes": []string{fam.routedNet.String()}},
 		"egress": map[string]any{
-			"exceptCIDRs":    []string{n1.PodCIDR.String(), cluster.ServiceCIDR.String(), cluster.LinkPrefix.String()},
+			"exceptCIDRs":    []string{n1.PodCIDR.String(), fam.serviceCIDR.String(), fam.linkPrefix.String()},
 			"nodeAnnotation": true,
 		},
 	}
+	if c.IPv6Only() {
+		conf["probeSNAT"] = map[string]any{"preset": "azure"}
+	}
+	return conf
 }
 
 // agentNS is deploy/'s namespace.
@@ -171,8 +241,12 @@ func deployPodwire(ctx context.Context) error {
 		"--from-literal=entry="+string(podwireEntry)); err != nil {
 		return err
 	}
+	apiHost := n1.IP
+	if c.IPv6Only() {
+		apiHost = n1.IP6
+	}
 	if _, err := c.Kubectl(ctx, "", "-n", agentNS, "create", "configmap", "kubernetes-services-endpoint",
-		"--from-literal=KUBERNETES_SERVICE_HOST="+n1.IP.String(),
+		"--from-literal=KUBERNETES_SERVICE_HOST="+apiHost.String(),
 		"--from-literal=KUBERNETES_SERVICE_PORT=6443"); err != nil {
 		return err
 	}

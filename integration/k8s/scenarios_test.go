@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
 	"github.com/podwire/podwire/integration/packets"
@@ -28,8 +29,15 @@ const (
 )
 
 // forgedSources are sources an ordinary pod must not send from: another
-// pod's would-be address on the same node, and an address from nowhere.
-var forgedSources = []netip.Addr{netip.MustParseAddr("10.198.0.250"), netip.MustParseAddr("203.0.113.66")}
+// pod's would-be address on the same node (in its pod range, beyond what
+// the tests use), and an address from nowhere; of the leg's family.
+func forgedSources() []netip.Addr {
+	other := n1.PodCIDR.Addr()
+	for range 250 {
+		other = other.Next()
+	}
+	return []netip.Addr{other, fam.nowhere}
+}
 
 // spoofFrom sends, from p, datagrams with each forged source and then with
 // its own to a sink outside the node on port; it returns whether the
@@ -39,8 +47,8 @@ var forgedSources = []netip.Addr{netip.MustParseAddr("10.198.0.250"), netip.Must
 func spoofFrom(t *testing.T, p *pod, port int) (genuine bool, passed []netip.Addr) {
 	t.Helper()
 	sink := newUDPSink(t, c.OutsideNetNS, port)
-	dst := netip.AddrPortFrom(cluster.OutsideIP, uint16(port))
-	for _, src := range forgedSources {
+	dst := netip.AddrPortFrom(fam.outsideIP, uint16(port))
+	for _, src := range forgedSources() {
 		if err := packets.SendFrom(p.netns, src, dst, "forged-"+p.name, 5); err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +58,7 @@ func spoofFrom(t *testing.T, p *pod, port int) (genuine bool, passed []netip.Add
 	}
 	genuine = sink.WaitGot(p.ip, "genuine-"+p.name, 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
-	for _, src := range forgedSources {
+	for _, src := range forgedSources() {
 		if sink.Got(src, "forged-"+p.name) {
 			passed = append(passed, src)
 		}
@@ -65,12 +73,12 @@ func TestSourceCheck(t *testing.T) {
 	p := runPod(t, "default", "plain", nil)
 	genuine, passed := spoofFrom(t, p, 7001)
 	if !genuine {
-		t.Fatalf("the pod's own datagrams from %s did not reach %s", p.ip, cluster.OutsideIP)
+		t.Fatalf("the pod's own datagrams from %s did not reach %s", p.ip, fam.outsideIP)
 	}
 	if len(passed) > 0 {
 		t.Fatalf("forged sources %v of an ordinary pod reached the outside", passed)
 	}
-	t.Logf("genuine source %s passed, forged %v dropped", p.ip, forgedSources)
+	t.Logf("genuine source %s passed, forged %v dropped", p.ip, forgedSources())
 }
 
 // TestForwardingDeployment: a Deployment of forwarding pods in a namespace
@@ -95,7 +103,7 @@ spec:
       labels:
         app: router
 %s    spec:
-%s`, allowedNS, annotationsYAML(map[string]string{annForwarding: "true", annRoutes: routedNet.String()}, "      "), podSpec("      "))
+%s`, allowedNS, annotationsYAML(map[string]string{annForwarding: "true", annRoutes: fam.routedNet.String()}, "      "), podSpec("      "))
 	kubectl(t, manifest, "apply", "-f", "-")
 	var router *pod
 	t.Cleanup(func() {
@@ -118,23 +126,22 @@ spec:
 	name := kubectl(t, "", "get", "pods", "-n", allowedNS, "-l", "app=router", "-o", "jsonpath={.items[0].metadata.name}")
 	router = podByName(t, allowedNS, name)
 
-	// The client network: a netns behind the router pod, 198.51.100.2 with
-	// the router's 198.51.100.1 as its gateway.
-	client, release, err := cluster.NetworkBehind(router.netns,
-		[]netip.Prefix{netip.MustParsePrefix("198.51.100.1/24")}, []netip.Prefix{netip.MustParsePrefix("198.51.100.2/24")})
+	// The client network: a netns behind the router pod, fam.client with
+	// the router's fam.clientGW as its gateway.
+	client, release, err := cluster.NetworkBehind(router.netns, []netip.Prefix{fam.clientGW}, []netip.Prefix{fam.client})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(release)
-	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7002))
-	src, err := packets.Exchange(client, netip.AddrPortFrom(cluster.OutsideIP, 7002), 10*time.Second)
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(fam.outsideIP, 7002))
+	src, err := packets.Exchange(client, netip.AddrPortFrom(fam.outsideIP, 7002), 10*time.Second)
 	if err != nil {
 		t.Fatalf("the client behind %s/%s did not reach the server outside the node and back: %v", allowedNS, name, err)
 	}
-	if src != "198.51.100.2" {
-		t.Fatalf("the server outside saw source %s, want the client's own 198.51.100.2", src)
+	if src != fam.client.Addr().String() {
+		t.Fatalf("the server outside saw source %s, want the client's own %s", src, fam.client.Addr())
 	}
-	t.Logf("client 198.51.100.2 behind %s (%s) reached %s and back", name, router.ip, cluster.OutsideIP)
+	t.Logf("client %s behind %s (%s) reached %s and back", fam.client.Addr(), name, router.ip, fam.outsideIP)
 	// The runtime capability is off (podwireConfig): the forwarding
 	// annotation reached podwire through the node agent's socket.
 	if src := annotationSource(t, router.sandbox); src != "agent" {
@@ -150,6 +157,9 @@ func addrUp(link, cidr string) error {
 	a, err := netlink.ParseAddr(cidr)
 	if err != nil {
 		return err
+	}
+	if a.IP.To4() == nil {
+		a.Flags = unix.IFA_F_NODAD // unique by construction; DAD would hold it for a second
 	}
 	if err := netlink.AddrAdd(l, a); err != nil {
 		return err
@@ -204,12 +214,13 @@ func TestRefusal(t *testing.T) {
 func TestEgressFromNodeAnnotation(t *testing.T) {
 	needCluster(t)
 	if err := ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
-		return addrUp("lo", serverIP.String()+"/32")
+		return addrUp("lo", netip.PrefixFrom(fam.serverIP, fam.serverIP.BitLen()).String())
 	}); err != nil {
 		t.Fatalf("failed to add the server address outside: %v", err)
 	}
+	serverIP, egressIP, outsideIP := fam.serverIP, fam.egressIP, fam.outsideIP
 	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(serverIP, 7003))
-	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(cluster.OutsideIP, 7004))
+	packets.EchoServer(t, c.OutsideNetNS, netip.AddrPortFrom(outsideIP, 7004))
 	setNodeEgressIP(t, egressIP)
 
 	p := runPod(t, "default", "egress", nil)
@@ -220,14 +231,14 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 	if src != egressIP.String() {
 		t.Fatalf("the server outside saw source %s, want the node's egress IP %s", src, egressIP)
 	}
-	src, err = packets.Exchange(p.netns, netip.AddrPortFrom(cluster.OutsideIP, 7004), 10*time.Second)
+	src, err = packets.Exchange(p.netns, netip.AddrPortFrom(outsideIP, 7004), 10*time.Second)
 	if err != nil {
-		t.Fatalf("pod %s did not reach %s: %v", p.ip, cluster.OutsideIP, err)
+		t.Fatalf("pod %s did not reach %s: %v", p.ip, outsideIP, err)
 	}
 	if src != p.ip.String() {
-		t.Fatalf("traffic to %s (in exceptCIDRs) left with source %s, want the pod's %s", cluster.OutsideIP, src, p.ip)
+		t.Fatalf("traffic to %s (in exceptCIDRs) left with source %s, want the pod's %s", outsideIP, src, p.ip)
 	}
-	t.Logf("to %s: source %s (egress IP); to %s (exceptCIDRs): source %s", serverIP, egressIP, cluster.OutsideIP, src)
+	t.Logf("to %s: source %s (egress IP); to %s (exceptCIDRs): source %s", serverIP, egressIP, outsideIP, src)
 }
 
 // setNodeEgressIP gives the node ip on its uplink and announces it with
@@ -237,7 +248,7 @@ func TestEgressFromNodeAnnotation(t *testing.T) {
 func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 	t.Helper()
 	if err := ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
-		return addrUp("eth0", ip.String()+"/24")
+		return addrUp("eth0", netip.PrefixFrom(ip, fam.linkPrefix.Bits()).String())
 	}); err != nil {
 		t.Fatalf("failed to add the egress IP %s to the node: %v", ip, err)
 	}
@@ -250,7 +261,7 @@ func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 			if err != nil {
 				return err
 			}
-			a, _ := netlink.ParseAddr(ip.String() + "/24")
+			a, _ := netlink.ParseAddr(netip.PrefixFrom(ip, fam.linkPrefix.Bits()).String())
 			return netlink.AddrDel(l, a)
 		})
 	})
@@ -266,7 +277,7 @@ func setNodeEgressIP(t *testing.T, ip netip.Addr) {
 func TestDeletion(t *testing.T) {
 	needCluster(t)
 	const ns = "nf-del"
-	routes := netip.MustParsePrefix("198.51.100.128/25")
+	routes := fam.routedHalf
 	createNamespace(t, ns)
 	p := runPod(t, ns, "router-del", map[string]string{annForwarding: "true", annRoutes: routes.String()})
 	ipRE := podIPRE(p)
@@ -290,7 +301,7 @@ func hasRoute(t *testing.T, prefix netip.Prefix) bool {
 	t.Helper()
 	var found bool
 	if err := ns.WithNetNSPath(n1.NetNS, func(ns.NetNS) error {
-		routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_V4)
+		routes, err := netlinksafe.RouteList(nil, netlink.FAMILY_ALL)
 		for _, r := range routes {
 			if r.Dst != nil && r.Dst.String() == prefix.String() {
 				found = true

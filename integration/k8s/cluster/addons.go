@@ -223,6 +223,9 @@ func (c *Cluster) ClusterDNS() []netip.Addr {
 		}
 		return a
 	}
+	if c.opts.IPv6Only {
+		return []netip.Addr{tenth(ServiceCIDR6)}
+	}
 	dns := []netip.Addr{tenth(ServiceCIDR)}
 	if c.opts.DualStack {
 		dns = append(dns, tenth(ServiceCIDR6))

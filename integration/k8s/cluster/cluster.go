@@ -89,8 +89,16 @@ type Options struct {
 	// DualStack adds IPv6: uplink addresses, Services (ServiceCIDR6) and,
 	// with PrimaryNone, node pod ranges (ClusterCIDR6).
 	DualStack bool
+	// IPv6Only makes the Kubernetes cluster single-stack IPv6 (PrimaryPTP
+	// only): the nodes' IPs (the kubelets' --node-ip, the apiserver's
+	// advertise address), the Services (ServiceCIDR6 alone) and the ptp
+	// ranges (Node.PodCIDR in IPv6). The uplinks keep an IPv4 address too,
+	// the infrastructure's: the run's registry and the components'
+	// kubeconfigs use it.
+	IPv6Only bool
 	// OutsideRoutes are prefixes the outside network routes to the first
-	// node (the ptp pod ranges are always routed to their nodes).
+	// node (the ptp pod ranges are always routed to their nodes); an IPv6
+	// one only when the nodes have IPv6 addresses.
 	OutsideRoutes []netip.Prefix
 	// RegisterTaints are taints every kubelet registers its Node with
 	// (--register-with-taints, KEY=[VALUE]:EFFECT), as an operator's
@@ -210,6 +218,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if opts.PTPCNIVersion == "" {
 		opts.PTPCNIVersion = "0.3.1"
+	}
+	if opts.IPv6Only && (opts.DualStack || opts.Primary != PrimaryPTP) {
+		return nil, fmt.Errorf("IPv6Only: a ptp primary and not DualStack")
 	}
 	if opts.Nodes < 1 || opts.Nodes > 200 {
 		return nil, fmt.Errorf("Nodes %d: want 1 to 200", opts.Nodes)
@@ -422,6 +433,10 @@ func (c *Cluster) stop() error {
 	}
 	return errors.Join(errs...)
 }
+
+// IPv6Only reports whether the cluster is single-stack IPv6
+// (Options.IPv6Only).
+func (c *Cluster) IPv6Only() bool { return c.opts.IPv6Only }
 
 // Runtime is the nodes' container runtime.
 func (c *Cluster) Runtime() Runtime { return c.opts.Runtime }

@@ -68,7 +68,7 @@ func (c *Cluster) writeControlPlanePKI() (*pki, error) {
 		return nil, err
 	}
 	serverIPs := []net.IP{net.ParseIP("127.0.0.1"), net.IP(c.cp.IP.AsSlice()), net.IP(ServiceCIDR.Addr().Next().AsSlice())}
-	if c.opts.DualStack {
+	if c.opts.DualStack || c.opts.IPv6Only {
 		serverIPs = append(serverIPs, net.IP(c.cp.IP6.AsSlice()), net.IP(ServiceCIDR6.Addr().Next().AsSlice()))
 	}
 	serverDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
@@ -139,8 +139,12 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 }
 
 func (c *Cluster) startAPIServer(ctx context.Context) error {
-	serviceCIDRs := ServiceCIDR.String()
-	if c.opts.DualStack {
+	serviceCIDRs, advertise, bind := ServiceCIDR.String(), c.cp.IP, "0.0.0.0"
+	switch {
+	case c.opts.IPv6Only:
+		// Both families: the components' kubeconfigs name 127.0.0.1.
+		serviceCIDRs, advertise, bind = ServiceCIDR6.String(), c.cp.IP6, "::"
+	case c.opts.DualStack:
 		serviceCIDRs += "," + ServiceCIDR6.String()
 	}
 	policy := filepath.Join(c.Dir, "audit-policy.yaml")
@@ -149,7 +153,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	}
 	p, err := c.run(c.cp, "kube-apiserver", c.k8sBin("kube-apiserver"),
 		"--audit-policy-file="+policy, "--audit-log-path="+c.AuditLog(), "--audit-log-format=json",
-		"--advertise-address="+c.cp.IP.String(), "--bind-address=0.0.0.0", "--secure-port=6443",
+		"--advertise-address="+advertise.String(), "--bind-address="+bind, "--secure-port=6443",
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--client-ca-file="+c.pki("ca.crt"),
 		"--tls-cert-file="+c.pki("apiserver.crt"), "--tls-private-key-file="+c.pki("apiserver.key"),

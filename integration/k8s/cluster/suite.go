@@ -28,8 +28,9 @@ type Suite struct {
 	// install). Its stop, when not nil, runs after the tests, before the
 	// cluster stops.
 	Setup func(ctx context.Context, c *Cluster, env map[string]string) (stop func(), err error)
-	// CRIOLeg runs the tests a second time on CRI-O (Main).
-	CRIOLeg bool
+	// CRIOLeg runs the tests again on CRI-O, IPv6Leg on a single-stack
+	// IPv6 cluster (Main).
+	CRIOLeg, IPv6Leg bool
 
 	skip string
 }
@@ -40,35 +41,40 @@ type Suite struct {
 // of "ok" with nothing run. Otherwise it starts the cluster, runs Setup
 // and the tests, then stops the cluster with every process, mount and
 // namespace of the run. A failed start or Setup prints FAIL and returns 1.
-// With CRIOLeg and PODWIRE_CRIO_DIR set, it then does it all again on a
-// cluster whose nodes run CRI-O (the tests run twice: Cluster.Runtime says
-// which leg a test is in).
+// With CRIOLeg (and PODWIRE_CRIO_DIR set) and IPv6Leg it then does it all
+// again on a cluster of each such leg: the tests run once per leg, and
+// Cluster.Runtime and Cluster.IPv6Only say which leg a test is in.
 func (s *Suite) Main(m *testing.M) int {
 	env, skip := TestEnv(s.Env...)
 	if s.skip = skip; skip != "" {
 		return m.Run()
 	}
-	code := s.leg(m, env, Runtime{})
-	if !s.CRIOLeg {
-		return code
+	code := s.leg(m, env, Runtime{}, false)
+	if s.CRIOLeg {
+		if dir := os.Getenv(CRIOEnv); dir == "" {
+			fmt.Printf("cluster: %s unset: no CRI-O leg (make test-k8s sets it)\n", CRIOEnv)
+		} else {
+			fmt.Printf("=== the suite again, its nodes on CRI-O (%s)\n", dir)
+			code = max(code, s.leg(m, env, Runtime{CRIO: dir, Runc: RuntimeFromEnv().Runc}, false))
+		}
 	}
-	dir := os.Getenv(CRIOEnv)
-	if dir == "" {
-		fmt.Printf("cluster: %s unset: no CRI-O leg (make test-k8s sets it)\n", CRIOEnv)
-		return code
+	if s.IPv6Leg {
+		fmt.Printf("=== the suite again, on a single-stack IPv6 cluster\n")
+		code = max(code, s.leg(m, env, Runtime{}, true))
 	}
-	fmt.Printf("=== the suite again, its nodes on CRI-O (%s)\n", dir)
-	return max(code, s.leg(m, env, Runtime{CRIO: dir, Runc: RuntimeFromEnv().Runc}))
+	return code
 }
 
 // leg is one run of the tests on a cluster of its own whose nodes run rt
-// (the zero value: Options' Runtime, else RuntimeFromEnv).
-func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime) int {
+// (the zero value: Options' Runtime, else RuntimeFromEnv), single-stack
+// IPv6 with ipv6Only.
+func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime, ipv6Only bool) int {
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
 	defer cancel()
 	opts := s.Options(env)
 	opts.Logf, opts.Keep = logf, os.Getenv("PODWIRE_K8S_KEEP") != ""
+	opts.IPv6Only = opts.IPv6Only || ipv6Only
 	if rt != (Runtime{}) {
 		opts.Runtime = rt
 	}
@@ -91,7 +97,11 @@ func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime) int {
 		}
 		logf("stopped in %.1fs", time.Since(t0).Seconds())
 	}()
-	logf("up in %.1fs (%s)", time.Since(start).Seconds(), opts.Runtime.Name())
+	family := ""
+	if opts.IPv6Only {
+		family = ", single-stack IPv6"
+	}
+	logf("up in %.1fs (%s%s)", time.Since(start).Seconds(), opts.Runtime.Name(), family)
 	stop, err := s.Setup(ctx, c, env)
 	if err != nil {
 		fmt.Printf("FAIL: %v\n", err)
