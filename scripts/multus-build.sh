@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # multus-build.sh builds, offline from the Go module proxy, Multus thick
 # (gopkg.in/k8snetworkplumbingwg/multus-cni.v4) for the multi-node suite's
-# TestMultus, and caches it keyed by version:
+# TestMultus, and its thin plugin for the single-node suite's
+# TestMultusThinClusterNetwork, and caches them keyed by version:
 #
-#   CACHE/multus-VERSION/{multus-daemon,multus-shim,passthru}
+#   CACHE/multus-VERSION/{multus-daemon,multus-shim,passthru,multus}
 #
 # Usage: scripts/multus-build.sh MULTUS_VERSION K8S_VERSION CACHE_DIR
 # (the Makefile names the versions).
 #
-# The three commands its thick image holds (images/Dockerfile.thick), in one
-# `go build` from a throwaway module. The module also requires the
+# The three commands its thick image holds (images/Dockerfile.thick), and
+# the thin plugin (cmd/multus, the binary of its thin image), in one `go
+# build` from a throwaway module. The module also requires the
 # Kubernetes client libraries (api, apimachinery, client-go) at the run's
 # Kubernetes release (their v0.X.Y), the ones podwire's agent links, so
 # that their compiled packages are shared in the Go build cache instead of
@@ -26,7 +28,7 @@ set -euo pipefail
 VERSION=${1:?usage: multus-build.sh MULTUS_VERSION K8S_VERSION CACHE_DIR}
 K8S_VERSION=${2:?usage: multus-build.sh MULTUS_VERSION K8S_VERSION CACHE_DIR}
 OUT=${3:?usage: multus-build.sh MULTUS_VERSION K8S_VERSION CACHE_DIR}/multus-$VERSION
-BINS=(multus-daemon multus-shim passthru)
+BINS=(multus-daemon multus-shim passthru multus)
 # shellcheck source=build-cache.sh
 source "$(dirname "$0")/build-cache.sh"
 
@@ -41,6 +43,6 @@ echo "multus-build: ${BINS[*]} $VERSION (Kubernetes libraries $client)"
 mkdir -p "$work/out"
 ldflags="-s -w -X $mod/pkg/multus.version=$VERSION -X $mod/pkg/multus.commit=$VERSION"
 (cd "$work" && time "$GO" build -trimpath -ldflags "$ldflags" -o out/ \
-	"$mod/cmd/multus-daemon" "$mod/cmd/multus-shim" "$mod/cmd/passthru-cni")
+	"$mod/cmd/multus-daemon" "$mod/cmd/multus-shim" "$mod/cmd/passthru-cni" "$mod/cmd/multus")
 mv "$work/out/passthru-cni" "$work/out/passthru"
 finish_build "$OUT" "$VERSION $K8S_VERSION" "${BINS[@]/#/$work/out/}"
