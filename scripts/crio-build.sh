@@ -20,8 +20,8 @@
 # constant in the source; `crio version` prints it and the tags.
 #
 # pinns: the C program CRI-O creates every sandbox's namespaces with
-# (pinns/src in the module zip), built static as upstream's pinns/Makefile
-# does. crio refuses to start without it.
+# (pinns/src in the module zip), built static and stripped as upstream's
+# pinns/Makefile does. crio refuses to start without it.
 #
 # Idempotent: a version whose binaries are all present (and whose stamp is
 # written last) is not rebuilt.
@@ -43,6 +43,5 @@ echo "crio-build: building crio $VERSION (cgo: seccomp, Debian's libsqlite3)"
 	-ldflags "-s -w" -o out/crio github.com/cri-o/cri-o/cmd/crio)
 src=$(cd "$work" && "$GO" list -m -f '{{.Dir}}' github.com/cri-o/cri-o)
 echo "crio-build: building pinns"
-cc -std=c99 -Os -Wall -Wextra -static -o "$work/out/pinns" "$src"/pinns/src/*.c
-strip -s "$work/out/pinns"
+gcc -std=c99 -Os -Wall -Wextra -static -s -o "$work/out/pinns" "$src"/pinns/src/*.c
 finish_build "$OUT" "$VERSION" "$work/out/crio" "$work/out/pinns"
