@@ -273,7 +273,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	if err := makeHostDirs(hostMountpoints); err != nil {
+	if err := makeHostDirs(c.mountpoints()); err != nil {
 		return c, err
 	}
 	for i := 0; i < opts.Nodes; i++ {
@@ -419,7 +419,7 @@ func (c *Cluster) stop() error {
 		}
 		errs = append(errs, n.removeCgroups())
 	}
-	errs = append(errs, removeHostDirs(hostMountpoints))
+	errs = append(errs, removeHostDirs(c.mountpoints()))
 	for _, n := range c.Nodes {
 		errs = append(errs, removeNetNS(n.NetNS))
 	}

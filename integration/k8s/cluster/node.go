@@ -76,7 +76,7 @@ type Node struct {
 }
 
 // nodeDirs are the node's directories, made by newNode under Node.Dir.
-var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "nohugepages", "varlog", "kubelet", "varlibcni", "varlibcontainers", "sysctl", "ipam", "volume-plugins", "certs.d"}
+var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "nohugepages", "varlog", "kubelet", "varlibcni", "sysctl", "ipam", "volume-plugins", "certs.d"}
 
 // nodeBinds are the node paths that are directories of the node, as the
 // holder binds them (holderScript).
@@ -105,7 +105,11 @@ func (c *Cluster) newNode(i int) (*Node, error) {
 		n.CRISock = n.crioSock()
 	}
 	n.Kubeconfig = filepath.Join(n.Dir, "kubelet.kubeconfig")
-	for _, d := range nodeDirs {
+	dirs := nodeDirs
+	if c.opts.Runtime.IsCRIO() {
+		dirs = append(slices.Clip(dirs), nodeBinds[crioMountpoint])
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -355,9 +359,22 @@ func removeNetNS(p string) error {
 // node over: they must exist on the host as mountpoints. /var/lib/kubelet
 // is hard-coded in the kubelet (device plugins); /opt/cni/bin and
 // /etc/cni/net.d are where DaemonSets (podwire's, flannel's) mount the CNI
-// dirs from; /var/lib/containers is where CRI-O's image library keeps its
-// blob-info cache, a path it offers no setting for.
-var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d", "/var/lib/containers"}
+// dirs from. CRI-O's nodes add crioMountpoint.
+var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin", "/etc/cni/net.d"}
+
+// crioMountpoint is where CRI-O's image library keeps its blob-info
+// cache, a path it offers no setting for: a CRI-O node binds a directory
+// of its own there (the holder binds it when the node has one).
+const crioMountpoint = "/var/lib/containers"
+
+// mountpoints are hostMountpoints, with crioMountpoint when the nodes run
+// CRI-O.
+func (c *Cluster) mountpoints() []string {
+	if c.opts.Runtime.IsCRIO() {
+		return append(slices.Clip(hostMountpoints), crioMountpoint)
+	}
+	return hostMountpoints
+}
 
 // hostDirMark is the extended attribute that marks a directory
 // makeHostDirs created: whichever run stops last removes it (two runs of
@@ -537,7 +554,7 @@ mount --bind "$d/run" /run
 mount --bind "$d/varlog" /var/log
 mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/varlibcni" /var/lib/cni
-mount --bind "$d/varlibcontainers" /var/lib/containers
+if [ -d "$d/varlibcontainers" ]; then mount --bind "$d/varlibcontainers" /var/lib/containers; fi
 mount --bind "$d/cni-bin" /opt/cni/bin
 mount --bind "$d/net.d" /etc/cni/net.d
 mount --make-rshared /
