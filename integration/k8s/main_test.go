@@ -23,7 +23,6 @@
 package k8s
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,7 +262,7 @@ func deployPodwire(ctx context.Context) error {
 	index := podwirePinned[strings.LastIndex(podwirePinned, "@")+1:]
 	want := []string{index}
 	if c.Runtime().IsCRIO() {
-		manifests, err := indexManifests(podwireImage, index)
+		manifests, err := cluster.ArchiveIndexManifests(podwireImage, index)
 		if err != nil {
 			return err
 		}
@@ -277,35 +276,6 @@ func deployPodwire(ctx context.Context) error {
 		return err
 	}
 	return waitFile(ctx, filepath.Join(stateDir, egressFile), func([]byte) bool { return true })
-}
-
-// indexManifests lists the digests of the manifests that the image index
-// with digest index (a blob of the OCI archive) names.
-func indexManifests(archive, index string) ([]string, error) {
-	f, err := os.Open(archive)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return nil, fmt.Errorf("%s: no blob %s: %w", archive, index, err)
-		}
-		if h.Name != "blobs/"+strings.Replace(index, ":", "/", 1) {
-			continue
-		}
-		var idx struct{ Manifests []struct{ Digest string } }
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
-			return nil, fmt.Errorf("%s: blob %s: %w", archive, index, err)
-		}
-		var out []string
-		for _, m := range idx.Manifests {
-			out = append(out, m.Digest)
-		}
-		return out, nil
-	}
 }
 
 // applyDeploy applies deploy/ with the image pushed (deployManifests)

@@ -853,38 +853,62 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 // io.containerd.image.name annotations of its index.json's manifests,
 // which ctr names the imported images by (WriteImageArchive writes them).
 func archiveRefs(archive string) ([]string, error) {
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := decodeArchiveFile(archive, "index.json", &index); err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, m := range index.Manifests {
+		if ref := m.Annotations["io.containerd.image.name"]; ref != "" {
+			refs = append(refs, ref)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%s: index.json names no image (io.containerd.image.name)", archive)
+	}
+	return refs, nil
+}
+
+// ArchiveIndexManifests lists the digests of the manifests that the image
+// index with digest index ("sha256:...", a blob of the OCI archive) names:
+// the platforms' images of a multi-arch index.
+func ArchiveIndexManifests(archive, index string) ([]string, error) {
+	var idx struct{ Manifests []struct{ Digest string } }
+	if err := decodeArchiveFile(archive, "blobs/"+strings.Replace(index, ":", "/", 1), &idx); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range idx.Manifests {
+		out = append(out, m.Digest)
+	}
+	return out, nil
+}
+
+// decodeArchiveFile decodes the JSON file name of an OCI archive (a tar of
+// an image layout) into v.
+func decodeArchiveFile(archive, name string, v any) error {
 	f, err := os.Open(archive)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			return nil, fmt.Errorf("%s: no index.json: %w", archive, err)
+			return fmt.Errorf("%s: no %s: %w", archive, name, err)
 		}
-		if path.Clean(h.Name) != "index.json" {
+		if path.Clean(h.Name) != name {
 			continue
 		}
-		var index struct {
-			Manifests []struct {
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
+		if err := json.NewDecoder(tr).Decode(v); err != nil {
+			return fmt.Errorf("%s: %s: %w", archive, name, err)
 		}
-		if err := json.NewDecoder(tr).Decode(&index); err != nil {
-			return nil, fmt.Errorf("%s: index.json: %w", archive, err)
-		}
-		var refs []string
-		for _, m := range index.Manifests {
-			if ref := m.Annotations["io.containerd.image.name"]; ref != "" {
-				refs = append(refs, ref)
-			}
-		}
-		if len(refs) == 0 {
-			return nil, fmt.Errorf("%s: index.json names no image (io.containerd.image.name)", archive)
-		}
-		return refs, nil
+		return nil
 	}
 }
 
