@@ -113,7 +113,7 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Every Node's updates, whole: in protobuf (ProtobufConfig says why).
+	// The Node reads, whole: in protobuf (ProtobufConfig says why).
 	nodesCore, err := v1.NewForConfig(agent.ProtobufConfig(cfg))
 	if err != nil {
 		return err
@@ -143,7 +143,7 @@ func run(logp **slog.Logger) error {
 		Timing: agent.Timing{Interval: *interval, RepairInterval: *repairInterval},
 		Taint:  agent.Taint{Key: *startupTaint, Effect: corev1.TaintEffect(*taintEffect), Nodes: core},
 		Cluster: agent.ClusterWatch{
-			Nodes:     agent.NewClusterNodes(nodesCore.RESTClient(), *stateDir, 10*time.Minute),
+			Nodes:     agent.NewClusterNodes(nodesCore.RESTClient(), dyn, *node, *stateDir, 10*time.Minute, log),
 			Claims:    agent.NewClaims(dyn, *node, log),
 			Uninstall: un,
 		},

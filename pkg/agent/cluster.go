@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,24 +15,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/podwire/podwire/pkg/nodetables"
 )
 
-// ClusterNodes follows every Node of the cluster for the ranges the egress
+// ClusterNodes caches every Node of the cluster for the ranges the egress
 // table excepts (nodetables.Cluster): spec.podCIDRs, the InternalIP
 // addresses and the prefixes each node's forwarding pods serve
-// (NodeRoutesAnnotation, which routes.go also routes to). It is the
-// agent's one informer that is not metadata-only, since podCIDRs live in
-// the spec and the addresses in the status: its client speaks protobuf
+// (NodeRoutesAnnotation, which routes.go also routes to). It reads the
+// Nodes once, then only those a PodwireNode announces changed and, at a
+// long period, a paginated LIST (nodeSource; PodwireNodeResource says
+// why it does not watch them): its client speaks protobuf
 // (ProtobufConfig), and a transform keeps nothing of a Node but its name
 // and those fields, so the cache costs a few hundred bytes per node
 // whatever the Nodes weigh. What a pass computes from it is kept until the
-// informer delivers a change of those fields (Accepted, nodeRanges), so a
-// kubelet's status report costs its decoding only. RBAC: list and watch
-// nodes, which the agent already has.
+// cache changes (Accepted, nodeRanges). It also writes this node's
+// PodwireNode (mirrorPublisher). RBAC: get, list and watch nodes; get,
+// list, watch, create and update podwirenodes.
 //
 // What a Node publishes is written by whoever may patch that Node (its
 // kubelet, under NodeRestriction, annotates and addresses its own Node),
@@ -40,6 +43,10 @@ import (
 type ClusterNodes struct {
 	stateDir string
 	informer cache.SharedIndexInformer
+	// source is the informer's ListerWatcher and publisher this node's
+	// PodwireNode writer; nil in tests that fill the cache by hand.
+	source    *nodeSource
+	publisher *mirrorPublisher
 	// gen counts the changes of the cache that Accepted depends on,
 	// bumped by the informer's handlers, which then call changed.
 	gen     atomic.Uint64
@@ -73,23 +80,31 @@ type acceptedCache struct {
 	refused    []string
 }
 
-// NewClusterNodes builds the informer over core, a REST client of the
-// core/v1 API group (the typed CoreV1 client's RESTClient(), built from
-// ProtobufConfig); Run starts it.
-func NewClusterNodes(core rest.Interface, stateDir string, resync time.Duration) *ClusterNodes {
-	lw := cache.NewListWatchFromClient(core, "nodes", metav1.NamespaceAll, fields.Everything())
-	return newClusterNodes(lw, stateDir, resync)
+// NewClusterNodes builds the cache over core, a REST client of the core/v1
+// API group (the typed CoreV1 client's RESTClient(), built from
+// ProtobufConfig), and the PodwireNodes of dyn; self is this node, whose
+// PodwireNode it writes. Run starts it.
+func NewClusterNodes(core rest.Interface, dyn dynamic.Interface, self, stateDir string, resync time.Duration, log *slog.Logger) *ClusterNodes {
+	src := newNodeSource(core, dyn, mirrorRelist, log)
+	c := newClusterNodes(src, stateDir, resync)
+	c.source = src
+	src.cached = c.node
+	src.synced = c.Synced
+	src.names = c.informer.GetStore().ListKeys
+	own := cache.NewListWatchFromClient(core, "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", self))
+	c.publisher = newMirrorPublisher(own, dyn, self, src, log)
+	return c
 }
 
 // ProtobufConfig is a copy of cfg whose clients ask for and send
 // Kubernetes' protobuf encoding (application/vnd.kubernetes.protobuf), JSON
-// accepted as a fallback. The Node informer is the one that cannot be
-// metadata-only: every agent receives every Node's every update (the
-// kubelets' status reports among them) whole, and in protobuf each costs
-// the apiserver, the wire and the agent's decoding about half of JSON's
-// bytes and a fraction of its CPU. The apiserver's watch cache encodes an
-// event once per encoding, whatever the number of watchers. Custom
-// resources (ClaimPool) have no protobuf encoding: their clients keep cfg.
+// accepted as a fallback. The Node reads are the ones that cannot be
+// metadata-only (podCIDRs are in the spec, the addresses in the status):
+// the first read of every Node, the periodic LIST and the GETs come whole,
+// and in protobuf each costs the apiserver, the wire and the agent's
+// decoding about half of JSON's bytes and a fraction of its CPU. Custom
+// resources (ClaimPool, PodwireNode) have no protobuf encoding: their
+// clients keep cfg.
 func ProtobufConfig(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.ContentType = runtime.ContentTypeProtobuf
@@ -135,7 +150,7 @@ func slimNode(o any) (any, error) {
 	if !ok {
 		return o, nil // a tombstone
 	}
-	slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, ResourceVersion: n.ResourceVersion}}
+	slim := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}}
 	if v, ok := n.Annotations[NodeRoutesAnnotation]; ok {
 		slim.Annotations = map[string]string{NodeRoutesAnnotation: v}
 	}
@@ -164,8 +179,15 @@ func sameNodeData(o, n any) bool {
 		slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) && slices.Equal(a.Status.Addresses, b.Status.Addresses)
 }
 
-// Run runs the informer until ctx ends.
-func (c *ClusterNodes) Run(ctx context.Context) { c.informer.Run(ctx.Done()) }
+// Run runs the cache, the PodwireNode informer and this node's
+// PodwireNode writer until ctx ends.
+func (c *ClusterNodes) Run(ctx context.Context) {
+	if c.source != nil {
+		go c.source.mirrors.Run(ctx.Done())
+		go c.publisher.run(ctx)
+	}
+	c.informer.Run(ctx.Done())
+}
 
 // Synced reports whether the informer has listed the Nodes once.
 func (c *ClusterNodes) Synced() bool { return c.informer.HasSynced() }

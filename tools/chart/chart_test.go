@@ -287,7 +287,7 @@ func expression(p admissionv1.ValidatingAdmissionPolicy, name string) string {
 	return ""
 }
 
-// checkPolicies checks the two policies of an install in namespace ns,
+// checkPolicies checks the policies of an install in namespace ns,
 // whose startup taint is taint, whose namespace label admins are admins
 // (a CEL list) and whose guarded label keys are keys (a CEL list).
 func checkPolicies(t *testing.T, o *objects, ns, taint, admins, keys string) {
@@ -301,6 +301,13 @@ func checkPolicies(t *testing.T, o *objects, ns, taint, admins, keys string) {
 	}
 	if got := expression(node, "boundNode"); !strings.Contains(got, "request.userInfo.extra['authentication.kubernetes.io/node-name']") {
 		t.Errorf("podwire-agent-node's boundNode %q: want the token's node-name extra", got)
+	}
+	mirror := o.policy(t, "podwire-agent-podwirenode")
+	if got, want := expression(mirror, "podwire-agent"), "request.userInfo.username == 'system:serviceaccount:"+ns+":podwire-agent'"; got != want {
+		t.Errorf("podwire-agent-podwirenode matches %q, want %q", got, want)
+	}
+	if _, ok := o.bindings["podwire-agent-podwirenode"]; !ok {
+		t.Error("no binding of podwire-agent-podwirenode")
 	}
 	labels := o.policy(t, "podwire-namespace-labels")
 	if got, want := expression(labels, "not-a-namespace-label-admin"), "!request.userInfo.groups.exists(g, g in "+admins+")"; got != want {
@@ -421,8 +428,8 @@ func TestRender(t *testing.T) {
 			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
 				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
 			}
-			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding"}) {
-				t.Errorf("want the Namespace, the ClaimPool CRD, the ServiceAccount, the ClusterRole and its binding, the Roles of cni.uninstall and multus.namespace and their bindings; got %d Namespaces and %v", len(o.namespaces), o.other)
+			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding"}) {
+				t.Errorf("want the Namespace, the ClaimPool and PodwireNode CRDs, the ServiceAccount, the ClusterRole and its binding, the Roles of cni.uninstall and multus.namespace and their bindings; got %d Namespaces and %v", len(o.namespaces), o.other)
 			}
 			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") ||
 				!slices.Contains(args, "--host-cni-conf-dir=/etc/cni/net.d") {

@@ -30,6 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/podwire/podwire/integration/k8s/cluster"
+	pwagent "github.com/podwire/podwire/pkg/agent"
 )
 
 // The fake fleet's addresses. They exist only as data in the apiserver and
@@ -178,15 +179,46 @@ func parallel(from, to, workers int, f func(i int) error) error {
 	return first
 }
 
-// addNodes creates fake Nodes [from, to).
+// addNodes creates fake Nodes [from, to), each with its PodwireNode, as
+// its agent would write it once the Node exists.
 func (cl *clients) addNodes(ctx context.Context, from, to int) error {
 	return parallel(from, to, 16, func(i int) error {
-		_, err := cl.kube.CoreV1().Nodes().Create(ctx, fakeNode(i), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			err = nil
+		n := fakeNode(i)
+		_, err := cl.kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return cl.writeMirror(ctx, n)
+	})
+}
+
+var podwireNodes = schema.GroupVersionResource{Group: "podwire.io", Version: "v1alpha1", Resource: "podwirenodes"}
+
+// writeMirror writes Node n's PodwireNode with the fingerprint of n's data
+// (agent.NodeFingerprint), as n's agent would: the other agents read a
+// Node only when its PodwireNode announces a change.
+func (cl *clients) writeMirror(ctx context.Context, n *corev1.Node) error {
+	r := cl.dyn.Resource(podwireNodes)
+	spec := map[string]any{"fingerprint": pwagent.NodeFingerprint(n)}
+	for {
+		cur, err := r.Get(ctx, n.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "podwire.io/v1alpha1", "kind": "PodwireNode",
+				"metadata": map[string]any{"name": n.Name}, "spec": spec}}
+			if _, err = r.Create(ctx, u, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cur.Object["spec"] = spec
+		if _, err = r.Update(ctx, cur, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			continue
 		}
 		return err
-	})
+	}
 }
 
 // addPods creates perNode pods bound to each fake Node of [from, to),
@@ -288,11 +320,15 @@ func (cl *clients) waitReady(ctx context.Context, n int, timeout time.Duration) 
 	}
 }
 
-// setRoute patches fake Node i's podwire.io/routes to its route at gen.
+// setRoute patches fake Node i's podwire.io/routes to its route at gen,
+// then its PodwireNode, as its agent would.
 func (cl *clients) setRoute(ctx context.Context, i, gen int) error {
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{"podwire.io/routes": routeOf(i, gen).String()}}})
-	_, err := cl.kube.CoreV1().Nodes().Patch(ctx, fakeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	n, err := cl.kube.CoreV1().Nodes().Patch(ctx, fakeName(i), types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return err
+	}
+	return cl.writeMirror(ctx, n)
 }
 
 // startKwok runs kwok's controller in the first node's namespaces (where
@@ -346,8 +382,8 @@ func installAgentRBAC(ctx context.Context) (token string, err error) {
 			return "", fmt.Errorf("kubectl apply %s: %w: %s", f, err, out)
 		}
 	}
-	if out, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/claimpools.podwire.io"); err != nil {
-		return "", fmt.Errorf("ClaimPool CRD: %w: %s", err, out)
+	if out, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/claimpools.podwire.io", "crd/podwirenodes.podwire.io"); err != nil {
+		return "", fmt.Errorf("podwire's CRDs: %w: %s", err, out)
 	}
 	if err := c.WaitServiceAccount(ctx, agentNS); err != nil {
 		return "", err
