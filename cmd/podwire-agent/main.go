@@ -113,8 +113,14 @@ func run(logp **slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// The Node reads, whole: in protobuf (ProtobufConfig says why).
-	nodesCore, err := v1.NewForConfig(agent.ProtobufConfig(cfg))
+	// The Node reads, whole: in protobuf (ProtobufConfig says why). One
+	// GET per Node whose PodwireNode changes (agent.PodwireNodeResource),
+	// served from the apiserver's watch cache: when many Nodes change at
+	// once (a fleet joining, a tenth of the nodes' routes), client-go's
+	// default of 5 requests a second would spread them over minutes.
+	nodesCfg := agent.ProtobufConfig(cfg)
+	nodesCfg.QPS, nodesCfg.Burst = 50, 500
+	nodesCore, err := v1.NewForConfig(nodesCfg)
 	if err != nil {
 		return err
 	}

@@ -147,7 +147,10 @@ const mirrorListPage = 500
 type nodeSource struct {
 	list  func(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
 	watch func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-	get   func(ctx context.Context, name string) (*corev1.Node, error)
+	// get reads the Node called name: from the apiserver's watch cache
+	// when cached (resourceVersion "0", which may lag a write by a
+	// moment), else from etcd.
+	get func(ctx context.Context, name string, cached bool) (*corev1.Node, error)
 	// mirrors follows the PodwireNodes.
 	mirrors cache.SharedIndexInformer
 	// cached is the slim Node in the cache called name, nil when none;
@@ -183,9 +186,13 @@ func newNodeSource(core rest.Interface, dyn dynamic.Interface, relist time.Durat
 		opts.Watch = true
 		return core.Get().Resource("nodes").VersionedParams(&opts, codec).Watch(ctx)
 	}
-	s.get = func(ctx context.Context, name string) (*corev1.Node, error) {
+	s.get = func(ctx context.Context, name string, cached bool) (*corev1.Node, error) {
 		out := &corev1.Node{}
-		err := core.Get().Resource("nodes").Name(name).Do(ctx).Into(out)
+		opts := metav1.GetOptions{}
+		if cached {
+			opts.ResourceVersion = "0"
+		}
+		err := core.Get().Resource("nodes").Name(name).VersionedParams(&opts, codec).Do(ctx).Into(out)
 		return out, err
 	}
 	s.mirrors = dynamicinformer.NewFilteredDynamicInformer(dyn, PodwireNodeResource, "", 0, cache.Indexers{}, nil).Informer()
@@ -377,7 +384,12 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 
 // refresh is the event that brings the cache's Node called name up to
 // date after its PodwireNode changed, and false when the cache holds the
-// mirror's data already. A failed GET is tried again a second later.
+// mirror's data already. The Node is read from the apiserver's watch
+// cache, which costs the apiserver no etcd read: one GET per agent for
+// each change, however many agents. When that read does not match the
+// mirror (the watch cache a moment behind the write, or a forged mirror)
+// it is read again from etcd, and that read is what the cache takes. A
+// failed GET is tried again a second later.
 func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, bool) {
 	if name == "" {
 		return watch.Event{}, false
@@ -386,7 +398,12 @@ func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, boo
 	if m != nil && cached != nil && mirrorFingerprint(m) == dataOf(cached).fingerprint() {
 		return watch.Event{}, false
 	}
-	n, err := s.get(ctx, name)
+	n, err := s.get(ctx, name, true)
+	if err == nil && m != nil {
+		if slim, _ := slimNode(n); dataOf(slim.(*corev1.Node)).fingerprint() != mirrorFingerprint(m) {
+			n, err = s.get(ctx, name, false)
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		if cached == nil {

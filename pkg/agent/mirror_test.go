@@ -17,18 +17,18 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
 // mirrorFixture is a ClusterNodes over a fake clientset's Nodes and a fake
 // dynamic client's PodwireNodes, with this node "a" writing its own
-// PodwireNode, and a count of the Node GETs.
+// PodwireNode, and counts of the source's Node GETs from the watch cache
+// and from etcd.
 type mirrorFixture struct {
-	cs   *fake.Clientset
-	dyn  *dynamicfake.FakeDynamicClient
-	c    *ClusterNodes
-	gets atomic.Int32
+	cs                  *fake.Clientset
+	dyn                 *dynamicfake.FakeDynamicClient
+	c                   *ClusterNodes
+	cacheGets, etcdGets atomic.Int32
 }
 
 func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, nodes ...*corev1.Node) *mirrorFixture {
@@ -40,10 +40,6 @@ func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, n
 	f := &mirrorFixture{cs: fake.NewClientset(objs...)}
 	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{PodwireNodeResource: "PodwireNodeList"})
-	f.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		f.gets.Add(1)
-		return false, nil, nil
-	})
 	nodesAPI := f.cs.CoreV1().Nodes()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src := &nodeSource{relist: relist, log: log, listOnly: true,
@@ -54,7 +50,12 @@ func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, n
 			t.Error("the Nodes were watched")
 			return nodesAPI.Watch(ctx, o)
 		},
-		get: func(ctx context.Context, name string) (*corev1.Node, error) {
+		get: func(ctx context.Context, name string, fromCache bool) (*corev1.Node, error) {
+			if fromCache {
+				f.cacheGets.Add(1)
+			} else {
+				f.etcdGets.Add(1)
+			}
 			return nodesAPI.Get(ctx, name, metav1.GetOptions{})
 		},
 	}
@@ -110,7 +111,6 @@ func (f *mirrorFixture) updateNode(t *testing.T, ctx context.Context, name strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.gets.Add(-1) // the test's own
 	mut(n)
 	if _, err := f.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestNodeSourceFollowsMirrors(t *testing.T) {
 	f := newMirrorFixture(t, ctx, time.Hour, a, b)
 	f.writeMirror(t, ctx, "b", dataOf(b))
 	time.Sleep(200 * time.Millisecond)
-	if g := f.gets.Load(); g != 0 {
+	if g := f.cacheGets.Load() + f.etcdGets.Load(); g != 0 {
 		t.Errorf("a mirror that matches the cache cost %d Node GETs", g)
 	}
 
@@ -158,27 +158,27 @@ func TestNodeSourceFollowsMirrors(t *testing.T) {
 	}
 	// Its agent mirrors it: the cache reads Node b.
 	b2, _ := f.cs.CoreV1().Nodes().Get(ctx, "b", metav1.GetOptions{})
-	f.gets.Add(-1)
 	f.writeMirror(t, ctx, "b", dataOf(b2))
 	waitUntil(t, "the mirrored change in the cache", func() bool { return routesOf(f.c.node("b")) == "198.51.100.128/25" })
-	if g := f.gets.Load(); g != 1 {
-		t.Errorf("%d Node GETs for one mirrored change, want 1", g)
+	if c, e := f.cacheGets.Load(), f.etcdGets.Load(); c != 1 || e != 0 {
+		t.Errorf("%d Node GETs from the watch cache and %d from etcd for one mirrored change, want 1 and 0", c, e)
 	}
 
 	// A forged mirror: what it says differs from the cache, so the cache
-	// reads Node b again, and keeps the Node's data.
+	// reads Node b again, from the watch cache, then, since that does not
+	// match the mirror either, from etcd; and keeps the Node's data.
 	forged := dataOf(b2)
 	def := "0.0.0.0/0"
 	forged.Routes = &def
 	forged.PodCIDRs = []string{"0.0.0.0/1"}
 	f.writeMirror(t, ctx, "b", forged)
-	waitUntil(t, "the forged mirror's GET", func() bool { return f.gets.Load() == 2 })
+	waitUntil(t, "the forged mirror's GETs", func() bool { return f.etcdGets.Load() == 1 })
 	time.Sleep(200 * time.Millisecond)
 	if n := f.c.node("b"); routesOf(n) != "198.51.100.128/25" || n.Spec.PodCIDRs[0] != "10.244.1.0/24" {
 		t.Errorf("a forged mirror reached the cache: %v %q", n.Spec.PodCIDRs, routesOf(n))
 	}
-	if g := f.gets.Load(); g != 2 {
-		t.Errorf("%d Node GETs after the forged mirror, want 2", g)
+	if c, e := f.cacheGets.Load(), f.etcdGets.Load(); c != 2 || e != 1 {
+		t.Errorf("%d Node GETs from the watch cache and %d from etcd after the forged mirror, want 2 and 1", c, e)
 	}
 
 	// Node b deleted, and its mirror with it (the garbage collector, as
@@ -234,7 +234,6 @@ func TestMirrorPublisher(t *testing.T) {
 	}
 	f.updateNode(t, ctx, "a", func(n *corev1.Node) { n.Annotations = map[string]string{NodeRoutesAnnotation: "198.51.100.0/25"} })
 	a2, _ := f.cs.CoreV1().Nodes().Get(ctx, "a", metav1.GetOptions{})
-	f.gets.Add(-1)
 	if dataOf(a2).fingerprint() == dataOf(a).fingerprint() {
 		t.Fatal("the fingerprint does not cover the routes")
 	}
