@@ -335,9 +335,12 @@ func (s *nodeSource) run(ctx context.Context, w *triggerWatch, nodes watch.Inter
 		case <-ctx.Done():
 			return
 		case <-s.queue.ready():
-			for _, name := range s.queue.take() {
+			names := s.queue.take()
+			for i, name := range names {
 				if ev, ok := s.refresh(ctx, name); ok && !w.send(ctx, ev) {
-					s.queue.add(name) // for the next watch
+					for _, n := range names[i:] {
+						s.queue.add(n) // for the next watch
+					}
 					return
 				}
 			}
@@ -387,8 +390,9 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 // mirror's data already. The Node is read from the apiserver's watch
 // cache, which costs the apiserver no etcd read: one GET per agent for
 // each change, however many agents. When that read does not match the
-// mirror (the watch cache a moment behind the write, or a forged mirror)
-// it is read again from etcd, and that read is what the cache takes. A
+// mirror (the watch cache a moment behind the write, or a forged mirror),
+// or the watch cache does not hold it (a Node created a moment ago), it
+// is read again from etcd, and that read is what the cache takes. A
 // failed GET is tried again a second later.
 func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, bool) {
 	if name == "" {
@@ -399,7 +403,11 @@ func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, boo
 		return watch.Event{}, false
 	}
 	n, err := s.get(ctx, name, true)
-	if err == nil && m != nil {
+	switch {
+	case apierrors.IsNotFound(err):
+		// The watch cache may not hold a Node created a moment ago.
+		n, err = s.get(ctx, name, false)
+	case err == nil && m != nil:
 		if slim, _ := slimNode(n); dataOf(slim.(*corev1.Node)).fingerprint() != mirrorFingerprint(m) {
 			n, err = s.get(ctx, name, false)
 		}

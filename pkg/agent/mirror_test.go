@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -29,6 +30,9 @@ type mirrorFixture struct {
 	dyn                 *dynamicfake.FakeDynamicClient
 	c                   *ClusterNodes
 	cacheGets, etcdGets atomic.Int32
+	// cacheLags makes the watch cache answer NotFound, as it does for a
+	// Node created a moment ago.
+	cacheLags atomic.Bool
 }
 
 func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, nodes ...*corev1.Node) *mirrorFixture {
@@ -53,6 +57,9 @@ func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, n
 		get: func(ctx context.Context, name string, fromCache bool) (*corev1.Node, error) {
 			if fromCache {
 				f.cacheGets.Add(1)
+				if f.cacheLags.Load() {
+					return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+				}
 			} else {
 				f.etcdGets.Add(1)
 			}
@@ -208,6 +215,24 @@ func TestNodeSourceRelist(t *testing.T) {
 	}
 	waitUntil(t, "node c gone from the cache", func() bool { return f.c.node("c") == nil })
 
+}
+
+// TestNodeSourceCacheLags: a Node the apiserver's watch cache does not
+// hold yet (NotFound there) is read from etcd, not taken as gone.
+func TestNodeSourceCacheLags(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := newMirrorFixture(t, ctx, time.Hour, testNode("a", "10.244.0.0/24", "10.99.0.11", ""))
+	f.cacheLags.Store(true)
+	e := testNode("e", "10.244.4.0/24", "10.99.0.15", "198.51.100.0/25")
+	if _, err := f.cs.CoreV1().Nodes().Create(ctx, e, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.writeMirror(t, ctx, "e", dataOf(e))
+	waitUntil(t, "node e in the cache", func() bool { return routesOf(f.c.node("e")) == "198.51.100.0/25" })
+	if c, e := f.cacheGets.Load(), f.etcdGets.Load(); c != 1 || e != 1 {
+		t.Errorf("%d Node GETs from the watch cache and %d from etcd, want 1 and 1", c, e)
+	}
 }
 
 // TestMirrorPublisher: the agent writes its own Node's data into its
