@@ -336,13 +336,18 @@ func (s *nodeSource) run(ctx context.Context, w *triggerWatch, nodes watch.Inter
 			return
 		case <-s.queue.ready():
 			names := s.queue.take()
-			for i, name := range names {
-				if ev, ok := s.refresh(ctx, name); ok && !w.send(ctx, ev) {
-					for _, n := range names[i:] {
-						s.queue.add(n) // for the next watch
+			for len(names) > 0 {
+				chunk := names[:min(len(names), refreshChunk)]
+				evs := s.refreshAll(ctx, chunk)
+				for i, ev := range evs {
+					if ev != nil && !w.send(ctx, *ev) {
+						for _, n := range names[i:] {
+							s.queue.add(n) // for the next watch
+						}
+						return
 					}
-					return
 				}
+				names = names[len(chunk):]
 			}
 		case <-relist.C:
 			if !s.relistNodes(ctx, w) {
@@ -385,6 +390,38 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return nil, fmt.Errorf("not a Node: %T", o)
 }
 
+// refreshChunk is the most names refreshAll reads at once, and
+// refreshWorkers the GETs it has in flight: a fleet joining announces
+// thousands of Nodes together, and one GET at a time would wait out the
+// apiserver's latency thousands of times.
+const (
+	refreshChunk   = 256
+	refreshWorkers = 8
+)
+
+// refreshAll is refresh of each of names, refreshWorkers at a time, in
+// names' order: nil where there is nothing to deliver.
+func (s *nodeSource) refreshAll(ctx context.Context, names []string) []*watch.Event {
+	out := make([]*watch.Event, len(names))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(refreshWorkers, len(names)) {
+		wg.Go(func() {
+			for i := range next {
+				if ev, ok := s.refresh(ctx, names[i]); ok {
+					out[i] = &ev
+				}
+			}
+		})
+	}
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
 // refresh is the event that brings the cache's Node called name up to
 // date after its PodwireNode changed, and false when the cache holds the
 // mirror's data already. The Node is read from the apiserver's watch
@@ -402,10 +439,12 @@ func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, boo
 	if m != nil && cached != nil && mirrorFingerprint(m) == dataOf(cached).fingerprint() {
 		return watch.Event{}, false
 	}
-	n, err := s.get(ctx, name, true)
+	// A Node not cached is most often one created a moment ago, which the
+	// watch cache may not hold yet: it is read from etcd at once.
+	n, err := s.get(ctx, name, cached != nil)
 	switch {
-	case apierrors.IsNotFound(err):
-		// The watch cache may not hold a Node created a moment ago.
+	case apierrors.IsNotFound(err) && cached != nil:
+		// The watch cache may not hold a Node deleted and created again.
 		n, err = s.get(ctx, name, false)
 	case err == nil && m != nil:
 		if slim, _ := slimNode(n); dataOf(slim.(*corev1.Node)).fingerprint() != mirrorFingerprint(m) {
