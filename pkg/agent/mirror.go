@@ -338,7 +338,7 @@ func (s *nodeSource) run(ctx context.Context, w *triggerWatch, nodes watch.Inter
 			names := s.queue.take()
 			for len(names) > 0 {
 				chunk := names[:min(len(names), refreshChunk)]
-				evs := s.refreshAll(ctx, chunk)
+				evs := s.parallel(ctx, chunk, s.refresh)
 				for i, ev := range evs {
 					if ev != nil && !w.send(ctx, *ev) {
 						for _, n := range names[i:] {
@@ -390,8 +390,8 @@ func metaOf(o runtime.Object) (metav1.Object, error) {
 	return nil, fmt.Errorf("not a Node: %T", o)
 }
 
-// refreshChunk is the most names refreshAll reads at once, and
-// refreshWorkers the GETs it has in flight: a fleet joining announces
+// refreshChunk is the most names the watch reads at once, and
+// refreshWorkers the GETs it has in flight (parallel): a fleet joining announces
 // thousands of Nodes together, and one GET at a time would wait out the
 // apiserver's latency thousands of times.
 const (
@@ -399,16 +399,16 @@ const (
 	refreshWorkers = 8
 )
 
-// refreshAll is refresh of each of names, refreshWorkers at a time, in
-// names' order: nil where there is nothing to deliver.
-func (s *nodeSource) refreshAll(ctx context.Context, names []string) []*watch.Event {
+// parallel is f of each of names, refreshWorkers at a time, in names'
+// order: nil where there is nothing to deliver.
+func (s *nodeSource) parallel(ctx context.Context, names []string, f func(context.Context, string) (watch.Event, bool)) []*watch.Event {
 	out := make([]*watch.Event, len(names))
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range min(refreshWorkers, len(names)) {
 		wg.Go(func() {
 			for i := range next {
-				if ev, ok := s.refresh(ctx, names[i]); ok {
+				if ev, ok := f(ctx, names[i]); ok {
 					out[i] = &ev
 				}
 			}
@@ -468,12 +468,17 @@ func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, boo
 	return watch.Event{Type: watch.Modified, Object: n}, true
 }
 
-// relistNodes lists every Node a page at a time and delivers those whose
-// data differs from the cache, then a Deleted event for each cached Node
-// the LIST did not return; false when w stopped. A failed LIST is left
-// for the next period.
+// relistNodes lists every Node a page at a time and delivers, read again
+// from etcd, each Node whose data differs from the cache and each cached
+// Node the LIST did not return (a Deleted event when it is gone); false
+// when w stopped. The LIST is a snapshot and the cache may be newer: a
+// Node created or changed after the snapshot, and announced by its
+// PodwireNode meanwhile, must neither leave the cache nor go back to the
+// snapshot's data, so the LIST only names the Nodes to read. A failed LIST
+// is left for the next period.
 func (s *nodeSource) relistNodes(ctx context.Context, w *triggerWatch) bool {
 	listed := map[string]bool{}
+	var suspects []string
 	opts := metav1.ListOptions{Limit: mirrorListPage}
 	for {
 		l, err := s.list(ctx, opts)
@@ -484,32 +489,48 @@ func (s *nodeSource) relistNodes(ctx context.Context, w *triggerWatch) bool {
 		for i := range l.Items {
 			n := &l.Items[i]
 			listed[n.Name] = true
-			c := s.cached(n.Name)
-			if slim, _ := slimNode(n); c != nil && sameNodeData(slim, c) {
-				continue
-			}
-			if !w.send(ctx, watch.Event{Type: watch.Modified, Object: n.DeepCopy()}) {
-				return false
+			if c := s.cached(n.Name); c == nil {
+				suspects = append(suspects, n.Name)
+			} else if slim, _ := slimNode(n); !sameNodeData(slim, c) {
+				suspects = append(suspects, n.Name)
 			}
 		}
-		s.seen(l.ResourceVersion)
 		if opts.Continue = l.Continue; opts.Continue == "" {
 			break
 		}
 	}
 	for _, name := range s.names() {
-		if listed[name] {
-			continue
+		if !listed[name] {
+			suspects = append(suspects, name)
 		}
-		if c := s.cached(name); c != nil {
-			gone := c.DeepCopy()
-			gone.ResourceVersion = s.rv()
-			if !w.send(ctx, watch.Event{Type: watch.Deleted, Object: gone}) {
-				return false
-			}
+	}
+	for _, ev := range s.parallel(ctx, suspects, s.reread) {
+		if ev != nil && !w.send(ctx, *ev) {
+			return false
 		}
 	}
 	return true
+}
+
+// reread is the event that brings the cache's Node called name up to date
+// with etcd, false when a failed GET leaves it as it is.
+func (s *nodeSource) reread(ctx context.Context, name string) (watch.Event, bool) {
+	cached := s.cached(name)
+	n, err := s.get(ctx, name, false)
+	switch {
+	case apierrors.IsNotFound(err):
+		if cached == nil {
+			return watch.Event{}, false
+		}
+		gone := cached.DeepCopy()
+		gone.ResourceVersion = s.rv()
+		return watch.Event{Type: watch.Deleted, Object: gone}, true
+	case err != nil:
+		s.log.Warn("failed to read a Node the LIST found changed or gone; leaving it to the next period", "node", name, "error", err)
+		return watch.Event{}, false
+	}
+	s.seen(n.ResourceVersion)
+	return watch.Event{Type: watch.Modified, Object: n}, true
 }
 
 // jitter is d shifted by up to a quarter of d either way, so that the

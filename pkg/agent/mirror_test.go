@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,9 @@ type mirrorFixture struct {
 	// cacheLags makes the watch cache answer NotFound, as it does for a
 	// Node created a moment ago.
 	cacheLags atomic.Bool
+	// hideFromList is a Node's name the LIST leaves out, as a snapshot
+	// taken before its creation does.
+	hideFromList atomic.Value
 }
 
 func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, nodes ...*corev1.Node) *mirrorFixture {
@@ -48,7 +52,11 @@ func newMirrorFixture(t *testing.T, ctx context.Context, relist time.Duration, n
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src := &nodeSource{relist: relist, log: log, listOnly: true,
 		list: func(ctx context.Context, o metav1.ListOptions) (*corev1.NodeList, error) {
-			return nodesAPI.List(ctx, o)
+			l, err := nodesAPI.List(ctx, o)
+			if hide, _ := f.hideFromList.Load().(string); err == nil && hide != "" {
+				l.Items = slices.DeleteFunc(l.Items, func(n corev1.Node) bool { return n.Name == hide })
+			}
+			return l, err
 		},
 		watch: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			t.Error("the Nodes were watched")
@@ -200,8 +208,9 @@ func TestNodeSourceFollowsMirrors(t *testing.T) {
 }
 
 // TestNodeSourceRelist: a Node no mirror announces (a node without an
-// agent) reaches the cache at the periodic LIST, and a Node deleted leaves
-// it at the next one.
+// agent) reaches the cache at the periodic LIST, read again from etcd,
+// and a Node deleted leaves it at the next one; a cached Node the LIST
+// misses but etcd holds (created after the LIST's snapshot) stays.
 func TestNodeSourceRelist(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
