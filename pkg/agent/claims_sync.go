@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -143,13 +144,27 @@ func (c *Claims) listPools(ctx context.Context) ([]unstructured.Unstructured, er
 	return items, nil
 }
 
-// gone reports whether the informer has synced and holds no Node name.
+// gone reports whether the cache has been filled and holds no Node name,
+// and etcd has none either: the cache learns of a new Node only when its
+// PodwireNode or the periodic LIST announces it, so its absence there is
+// no proof (a Node the GET finds is queued for the cache).
 func (c *ClusterNodes) gone(name string) bool {
 	if !c.Synced() {
 		return false
 	}
-	_, exists, err := c.informer.GetStore().GetByKey(name)
-	return err == nil && !exists
+	if _, exists, err := c.informer.GetStore().GetByKey(name); err != nil || exists {
+		return false
+	}
+	if c.source == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.source.get(ctx, name, false)
+	if err == nil {
+		c.source.queue.add(name)
+	}
+	return apierrors.IsNotFound(err)
 }
 
 // reconcileClaims syncs the node's records' claims with the ClaimPools
