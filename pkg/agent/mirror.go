@@ -451,21 +451,32 @@ func (s *nodeSource) refresh(ctx context.Context, name string) (watch.Event, boo
 			n, err = s.get(ctx, name, false)
 		}
 	}
+	ev, ok, err := s.deliver(cached, n, err)
+	if err != nil {
+		s.log.Warn("failed to read a Node its PodwireNode announced a change of; trying again", "node", name, "error", err)
+		time.AfterFunc(time.Second, func() { s.queue.add(name) })
+	}
+	return ev, ok
+}
+
+// deliver is the event for a GET's answer (n, err) about a Node the cache
+// holds as cached (nil when none): Modified with n; Deleted when the
+// Node is gone and was cached, nothing when it was not. Any other error
+// is returned, with nothing to deliver.
+func (s *nodeSource) deliver(cached, n *corev1.Node, err error) (watch.Event, bool, error) {
 	switch {
 	case apierrors.IsNotFound(err):
 		if cached == nil {
-			return watch.Event{}, false
+			return watch.Event{}, false, nil
 		}
 		gone := cached.DeepCopy()
 		gone.ResourceVersion = s.rv()
-		return watch.Event{Type: watch.Deleted, Object: gone}, true
+		return watch.Event{Type: watch.Deleted, Object: gone}, true, nil
 	case err != nil:
-		s.log.Warn("failed to read a Node its PodwireNode announced a change of; trying again", "node", name, "error", err)
-		time.AfterFunc(time.Second, func() { s.queue.add(name) })
-		return watch.Event{}, false
+		return watch.Event{}, false, err
 	}
 	s.seen(n.ResourceVersion)
-	return watch.Event{Type: watch.Modified, Object: n}, true
+	return watch.Event{Type: watch.Modified, Object: n}, true, nil
 }
 
 // relistNodes lists every Node a page at a time and delivers, read again
@@ -515,22 +526,12 @@ func (s *nodeSource) relistNodes(ctx context.Context, w *triggerWatch) bool {
 // reread is the event that brings the cache's Node called name up to date
 // with etcd, false when a failed GET leaves it as it is.
 func (s *nodeSource) reread(ctx context.Context, name string) (watch.Event, bool) {
-	cached := s.cached(name)
 	n, err := s.get(ctx, name, false)
-	switch {
-	case apierrors.IsNotFound(err):
-		if cached == nil {
-			return watch.Event{}, false
-		}
-		gone := cached.DeepCopy()
-		gone.ResourceVersion = s.rv()
-		return watch.Event{Type: watch.Deleted, Object: gone}, true
-	case err != nil:
+	ev, ok, err := s.deliver(s.cached(name), n, err)
+	if err != nil {
 		s.log.Warn("failed to read a Node the LIST found changed or gone; leaving it to the next period", "node", name, "error", err)
-		return watch.Event{}, false
 	}
-	s.seen(n.ResourceVersion)
-	return watch.Event{Type: watch.Modified, Object: n}, true
+	return ev, ok
 }
 
 // jitter is d shifted by up to a quarter of d either way, so that the
