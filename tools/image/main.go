@@ -23,6 +23,29 @@
 // HTTP when it does not answer HTTPS; -insecure allows it for any host:
 //
 //	bin/mkimage push [-insecure] bin/podwire-image.tar registry.example/podwire/podwire-agent:v0.1.0
+//
+// build attaches to the index a CycloneDX SBOM of every file of every
+// platform's image (package sbom: each Go binary's modules, from its build
+// information), as an OCI 1.1 artifact listed in the index itself with
+// platform unknown/unknown (ociimage.WithArtifact), so that every copy of
+// the index carries it and runtimes leave it alone. sbom prints it, from
+// an archive or a registry:
+//
+//	bin/mkimage sbom [-insecure] bin/podwire-image.tar|ghcr.io/podwire/podwire-agent@sha256:...
+//
+// digest prints the archive's reference pinned by its index digest, what
+// push would print, without pushing (the build is reproducible, so the
+// same commit and version give the same digest anywhere):
+//
+//	bin/mkimage digest bin/podwire-image.tar
+//
+// pin writes a pinned reference (push's or digest's output, or an archive,
+// whose reference digest computes) into the chart's values as
+// image.repository, image.tag and image.digest, editing only those three
+// values' text (comments and layout stay); `make pin` then re-renders
+// deploy/ (docs/releasing.md):
+//
+//	bin/mkimage pin -values deploy/helm/podwire/values.yaml bin/podwire-image.tar
 package main
 
 import (
@@ -40,7 +63,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: mkimage build|push ... (see the package comment)")
+		fmt.Fprintln(stderr, "usage: mkimage build|push|digest|pin|sbom ... (see the package comment)")
 		return 2
 	}
 	var err error
@@ -49,8 +72,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runBuild(args[1:], stdout, stderr)
 	case "push":
 		err = runPush(args[1:], stdout, stderr)
+	case "digest":
+		err = runDigest(args[1:], stdout)
+	case "pin":
+		err = runPin(args[1:], stdout, stderr)
+	case "sbom":
+		err = runSBOM(args[1:], stdout, stderr)
 	default:
-		err = fmt.Errorf("unknown command %q: build or push", args[0])
+		err = fmt.Errorf("unknown command %q: build, push, digest, pin or sbom", args[0])
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "mkimage:", err)
@@ -119,4 +148,61 @@ func runPush(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, pinned)
 	return nil
+}
+
+func runDigest(args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("digest: want ARCHIVE, got %q", args)
+	}
+	ref, err := archiveRef(args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, ref)
+	return nil
+}
+
+func runPin(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	values := fs.String("values", "deploy/helm/podwire/values.yaml", "the chart's values file to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("pin: want REPOSITORY:TAG@DIGEST or ARCHIVE, got %q", fs.Args())
+	}
+	ref := fs.Arg(0)
+	if _, err := os.Stat(ref); err == nil {
+		if ref, err = archiveRef(ref); err != nil {
+			return err
+		}
+	}
+	p, err := parsePinned(ref)
+	if err != nil {
+		return err
+	}
+	if err := pinFile(*values, p); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: image %s:%s@%s\n", *values, p.repository, p.tag, p.digest)
+	return nil
+}
+
+func runSBOM(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sbom", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	insecure := fs.Bool("insecure", false, "allow plain HTTP to the registry whatever its address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("sbom: want ARCHIVE or REF, got %q", fs.Args())
+	}
+	data, err := readSBOM(fs.Arg(0), *insecure)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(data)
+	return err
 }

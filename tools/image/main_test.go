@@ -58,6 +58,15 @@ func TestBuildAndPush(t *testing.T) {
 		t.Fatalf("push printed %q, want %s@sha256:...", pinned, ref)
 	}
 
+	// digest computes, from the archive, the reference push printed.
+	var digestOut bytes.Buffer
+	if rc := run([]string{"digest", archive}, &digestOut, &errOut); rc != 0 {
+		t.Fatalf("digest: rc %d: %s", rc, errOut.String())
+	}
+	if got, want := strings.TrimSpace(digestOut.String()), "ghcr.io/podwire/podwire-agent:v9.9.9"+pinned[strings.Index(pinned, "@"):]; got != want {
+		t.Errorf("digest printed %q, want %q", got, want)
+	}
+
 	// The tag and the digest name the same index.
 	byDigest, err := name.NewDigest(pinned)
 	if err != nil {
@@ -85,10 +94,14 @@ func TestBuildAndPush(t *testing.T) {
 	if v := im.Annotations["org.opencontainers.image.version"]; v != "v9.9.9" {
 		t.Errorf("index version annotation %q, want v9.9.9", v)
 	}
-	if len(im.Manifests) != 2 {
-		t.Fatalf("index has %d manifests, want 2", len(im.Manifests))
+	// Two images and the SBOM (TestSBOMInPushedIndex reads it).
+	if len(im.Manifests) != 3 {
+		t.Fatalf("index has %d manifests, want 3", len(im.Manifests))
 	}
 	for _, m := range im.Manifests {
+		if m.ArtifactType == "application/vnd.cyclonedx+json" {
+			continue
+		}
 		arch := m.Platform.Architecture
 		img, err := idx.Image(m.Digest)
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 // `ctr images import` names the image from the first, OCI tools from the
 // second.
 const (
-	annotationContainerdName = "io.containerd.image.name"
+	AnnotationContainerdName = "io.containerd.image.name"
 	annotationRefName        = "org.opencontainers.image.ref.name"
 )
 
@@ -46,7 +46,7 @@ func WriteIndexArchive(path, ref string, idx v1.ImageIndex) error {
 }
 
 func refAnnotations(ref string) map[string]string {
-	return map[string]string{annotationContainerdName: ref, annotationRefName: ref}
+	return map[string]string{AnnotationContainerdName: ref, annotationRefName: ref}
 }
 
 // writeLayout writes an OCI layout with add in a temporary directory and
