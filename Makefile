@@ -99,8 +99,9 @@ build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire-agent ./cmd/podwire-agent
 
 # The agent's image as an OCI archive (bin/podwire-image.tar) holding a
-# multi-arch index, built offline; `make push` sends it to REGISTRY (plain
-# HTTP allowed with INSECURE=1) and prints the pushed reference with its digest.
+# multi-arch index with a CycloneDX SBOM of its binaries, built offline;
+# `make push` sends it to REGISTRY (plain HTTP allowed with INSECURE=1) and
+# prints the pushed reference with its digest.
 mkimage:
 	$(GO) -C tools/image build -trimpath -o $(MKIMAGE) .
 
@@ -115,8 +116,19 @@ image-upgrade: mkimage
 		LDFLAGS='-s -w -X $(BUILDINFO).Version=$(UPGRADE_VERSION) -X $(BUILDINFO).Commit=$(COMMIT)' \
 		PLATFORMS=linux/$(shell $(GO) env GOARCH) OUT=bin/podwire-image-upgrade.tar BUILD_DIR=bin/upgrade scripts/image.sh
 
+# `make push` then pins what it pushed: the chart's image.repository, tag
+# and digest (mkimage pin, only those values' text), and deploy/ re-rendered.
+# `make pin` pins bin/podwire-image.tar without pushing: its name and index
+# digest, the digest a push of it gives. docs/releasing.md is the release.
 push: image
-	$(MKIMAGE) push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)
+	ref=$$($(MKIMAGE) push $(if $(INSECURE),-insecure) bin/podwire-image.tar $(IMAGE)) && echo "$$ref" && \
+		$(MKIMAGE) pin -values deploy/helm/podwire/values.yaml "$$ref"
+	$(MAKE) manifests
+
+.PHONY: pin
+pin: mkimage
+	$(MKIMAGE) pin -values deploy/helm/podwire/values.yaml bin/podwire-image.tar
+	$(MAKE) manifests
 
 tools: $(TOOLS_DIR)/.stamp
 

@@ -4,7 +4,8 @@
 # one layer holding the static binaries podwire-agent and podwire,
 # cross-compiled with CGO_ENABLED=0 into bin/<os>_<arch>/ (MKIMAGE, the
 # command of tools/image that `make mkimage` builds, with
-# go-containerregistry; no base image, no daemon, no registry).
+# go-containerregistry; no base image, no daemon, no registry). mkimage
+# attaches to the index a CycloneDX SBOM of every binary named below.
 #
 # Run by `make image`, which sets MKIMAGE, IMAGE (the reference recorded in the
 # archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS;

@@ -298,14 +298,14 @@ func applyDeploy(ctx context.Context) error {
 }
 
 // deployManifests is deploy/*.yaml, in order, with the agent's image (the
-// release's, which this cluster cannot pull) replaced by image; every other
-// line as shipped.
+// release's, pinned by tag or digest, which this cluster cannot pull)
+// replaced by image; every other line as shipped.
 func deployManifests(image string) (string, error) {
 	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return "", fmt.Errorf("no manifests in %s: %v", deployDir, err)
 	}
-	re := regexp.MustCompile(`(?m)^(\s+image:\s*)\S+/podwire-agent:\S+$`)
+	re := regexp.MustCompile(`(?m)^(\s+image:\s*)\S+/podwire-agent[:@]\S+$`)
 	var docs []string
 	replaced := 0
 	for _, f := range files {

@@ -486,7 +486,7 @@ func TestRender(t *testing.T) {
 		},
 	}, {
 		name: "tag",
-		set:  []string{`image.tag="v0.1.0-12-g15c26ea"`},
+		set:  []string{`image.tag="v0.1.0-12-g15c26ea"`, `image.digest=""`},
 		check: func(t *testing.T, o *objects) {
 			if c := o.container(t); c.Image != "ghcr.io/podwire/podwire-agent:v0.1.0-12-g15c26ea" {
 				t.Errorf("image %q", c.Image)
