@@ -157,6 +157,56 @@ func TestChartVersion(t *testing.T) {
 	}
 }
 
+// pinnedImage is the form of the release's image in the chart's defaults
+// and deploy/: the project's repository and the image index's digest.
+var pinnedImage = regexp.MustCompile(`^ghcr\.io/podwire/podwire-agent@sha256:[0-9a-f]{64}$`)
+
+// TestImagePinned: the chart's default image and the one deploy/ names are
+// the release's, pinned by digest (`make push` or `make pin` writes it,
+// docs/releasing.md), and values.yaml names the release's tag, a version
+// without a git describe suffix: a pin of a development build fails.
+func TestImagePinned(t *testing.T) {
+	_, rendered, err := render(chartPath, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := parse(t, rendered).container(t); !pinnedImage.MatchString(c.Image) {
+		t.Errorf("the chart's default image is %q, want %s", c.Image, pinnedImage)
+	}
+	files, err := filepath.Glob(filepath.Join(root, manifestDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	lineRE := regexp.MustCompile(`(?m)^\s+image:\s*(\S+/podwire-agent\S*)$`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range lineRE.FindAllSubmatch(b, -1) {
+			named++
+			if !pinnedImage.Match(m[1]) {
+				t.Errorf("%s names the image %s, want it pinned by digest: make pin", filepath.Base(f), m[1])
+			}
+		}
+	}
+	if named == 0 {
+		t.Errorf("deploy/*.yaml name no podwire-agent image")
+	}
+	b, err := os.ReadFile(filepath.Join(chartPath, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Image struct{ Tag string } }
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(v.Image.Tag) {
+		t.Errorf("values.yaml pins the tag %q, want a release's vX.Y.Z", v.Image.Tag)
+	}
+}
+
 // objects is a render parsed into the objects the tests look at.
 type objects struct {
 	namespaces []corev1.Namespace
@@ -355,8 +405,8 @@ func TestRender(t *testing.T) {
 				t.Errorf("tolerations %+v, want every taint", spec.Tolerations)
 			}
 			c := o.container(t)
-			if !regexp.MustCompile(`^ghcr\.io/podwire/podwire-agent:v\d+\.\d+\.\d+$`).MatchString(c.Image) {
-				t.Errorf("image %q, want the project's, tagged with the appVersion", c.Image)
+			if !strings.HasPrefix(c.Image, "ghcr.io/podwire/podwire-agent@") {
+				t.Errorf("image %q, want the project's, pinned by digest (TestImagePinned)", c.Image)
 			}
 			sc := c.SecurityContext
 			if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
