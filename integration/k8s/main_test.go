@@ -255,18 +255,24 @@ func deployPodwire(ctx context.Context) error {
 	// The kubelet pulled the pushed index from the run's registry (nothing
 	// was imported): the agent container's image ID is its digest there
 	// (containerd's), or, with CRI-O, one of the digests its image store
-	// keeps for the pull: the index's or its manifests'.
-	ids, err := c.Kubectl(ctx, "", "-n", agentNS, "get", "pods",
-		"-o", "jsonpath={.items[*].status.containerStatuses[*].imageID}")
+	// keeps for the pull: the index's or its platform images'. The index
+	// lists the image's SBOM too (platform unknown/unknown), which the
+	// runtime must have skipped.
 	repo := cluster.RegistryHost + "/podwire/podwire-agent@"
 	index := podwirePinned[strings.LastIndex(podwirePinned, "@")+1:]
+	sbomManifest, err := cluster.ArchiveIndexSBOM(podwireImage, index)
+	if err != nil {
+		return err
+	}
+	ids, err := c.Kubectl(ctx, "", "-n", agentNS, "get", "pods",
+		"-o", "jsonpath={.items[*].status.containerStatuses[*].imageID}")
 	want := []string{index}
 	if c.Runtime().IsCRIO() {
 		manifests, err := cluster.ArchiveIndexManifests(podwireImage, index)
 		if err != nil {
 			return err
 		}
-		want = append(want, manifests...)
+		want = append(want, slices.DeleteFunc(manifests, func(m string) bool { return m == sbomManifest })...)
 	}
 	got, _ := strings.CutPrefix(strings.TrimSpace(ids), repo)
 	if err != nil || !slices.Contains(want, got) {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/podwire/podwire/integration/cnitest"
 	"github.com/podwire/podwire/internal/testns"
+	"github.com/podwire/podwire/tools/image/sbom"
 )
 
 // Node is one node of the cluster: a network namespace on the switch, a
@@ -886,6 +887,37 @@ func ArchiveIndexManifests(archive, index string) ([]string, error) {
 		out = append(out, m.Digest)
 	}
 	return out, nil
+}
+
+// ArchiveIndexSBOM returns the digest of the SBOM manifest that the image
+// index with digest index (a blob of the OCI archive) lists, as `make
+// image` attaches it: the one manifest of artifactType sbom.MediaType,
+// with platform unknown/unknown so that runtimes skip it. An index
+// without it, or with it on a platform a node has, is an error.
+func ArchiveIndexSBOM(archive, index string) (string, error) {
+	var idx struct {
+		Manifests []struct {
+			Digest, ArtifactType string
+			Platform             *struct{ OS, Architecture string }
+		}
+	}
+	if err := decodeArchiveFile(archive, "blobs/"+strings.Replace(index, ":", "/", 1), &idx); err != nil {
+		return "", err
+	}
+	var found []string
+	for _, m := range idx.Manifests {
+		if m.ArtifactType != sbom.MediaType {
+			continue
+		}
+		if m.Platform == nil || m.Platform.OS != "unknown" || m.Platform.Architecture != "unknown" {
+			return "", fmt.Errorf("%s: index %s lists the SBOM %s with platform %+v, want unknown/unknown", archive, index, m.Digest, m.Platform)
+		}
+		found = append(found, m.Digest)
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("%s: index %s lists %d manifests of artifactType %s, want 1", archive, index, len(found), sbom.MediaType)
+	}
+	return found[0], nil
 }
 
 // decodeArchiveFile decodes the JSON file name of an OCI archive (a tar of
