@@ -22,6 +22,10 @@ OUT=${OUT:-bin/podwire-image.tar}
 BUILD_DIR=${BUILD_DIR:-bin}
 GO=${GO:-go}
 export CGO_ENABLED=0
+# No VCS stamp: go stamps the commit and the tree's state into a build in
+# a git clone but not in a linked worktree, so the same commit would give
+# two digests; the commit is stamped by LDFLAGS (pkg/buildinfo) instead.
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 args=()
 for p in $PLATFORMS; do
 	os=${p%/*} arch=${p#*/}
