@@ -151,14 +151,14 @@ func (b *builder) addFile(f File) (string, error) {
 	b.files = append(b.files, c)
 
 	dep := cdx.Dependency{Ref: c.BOMRef}
-	main := bi.Main
-	if main.Version == "" || main.Version == "(devel)" {
+	mainMod := bi.Main
+	if mainMod.Version == "" || mainMod.Version == "(devel)" {
 		// A build from a checkout without VCS stamping says
 		// "(devel)": the version the binaries are stamped with
 		// (pkg/buildinfo) is the image's.
-		main.Version = b.img.Version
+		mainMod.Version = b.img.Version
 	}
-	for _, m := range append([]*debug.Module{&main}, bi.Deps...) {
+	for _, m := range append([]*debug.Module{&mainMod}, bi.Deps...) {
 		dep.Dependencies = appendRef(dep.Dependencies, b.addModule(m))
 	}
 	dep.Dependencies = appendRef(dep.Dependencies, b.addStdlib(bi.GoVersion))
