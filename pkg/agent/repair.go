@@ -123,6 +123,7 @@ func (a *Agent) reconcileTables(ctx context.Context) error {
 	a.st.mu.Lock()
 	a.st.status.Repairs++
 	a.st.status.LastRepair = now.UTC()
+	a.st.lastRepaired = fmt.Sprintf("rebuilt %v, deleted %v, elements re-added %v", res.Rebuilt, res.Deleted, res.ElementsReadded)
 	a.st.mu.Unlock()
 	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
 		res.Rebuilt, res.Deleted, res.ElementsReadded, res.Tables)
