@@ -80,7 +80,7 @@ export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 # chart's renderer and the linters are modules of their own, each tied to
 # the root by a replace, so their dependencies stay out of the product's
 # go.mod. `make lint` vets every one.
-MODULES := . integration tools/chart tools/checkdeps tools/image tools/lint
+MODULES := . cmd/kubectl-podwire integration tools/chart tools/checkdeps tools/image tools/lint
 # mkimage, the image builder of tools/image (scripts/image.sh, make push).
 MKIMAGE := $(CURDIR)/bin/mkimage
 # Package paths as callers name them from the root (./integration/x/) to
@@ -97,6 +97,7 @@ deps:
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire ./plugins/podwire
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire-agent ./cmd/podwire-agent
+	$(GO) -C cmd/kubectl-podwire build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/bin/kubectl-podwire .
 
 # The agent's image as an OCI archive (bin/podwire-image.tar) holding a
 # multi-arch index, built offline; `make push` sends it to REGISTRY (plain
