@@ -82,7 +82,9 @@ func render(dir string, files []string, set []string) (*chart.Chart, map[string]
 	byName := map[string]string{}
 	for name, text := range out {
 		base := path.Base(name)
-		if strings.HasPrefix(base, "_") {
+		if strings.HasPrefix(base, "_") || strings.Contains(name, "/templates/tests/") {
+			// tests/ are `helm test`'s hooks, which run on that
+			// command only: the plain manifests have no such step.
 			continue
 		}
 		byName[base] = text
