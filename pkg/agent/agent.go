@@ -262,7 +262,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 			findings: map[string]string{},
 		},
 		tables: tableMemo{own: newOwnGens()},
-		report: nodeReport{client: cfg.NodeStatus},
+		report: nodeReport{client: cfg.NodeStatus, kick: make(chan struct{}, 1)},
 	}
 	a.addReconcilers()
 	return a
@@ -380,6 +380,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if c := a.cfg.Cluster; c.Uninstall != nil {
 		go c.Uninstall.Run(ctx)
+	}
+	if a.report.client != nil {
+		go a.writeStatuses(ctx)
 	}
 	if c := a.cfg.Cluster; c.Claims != nil {
 		go c.Claims.routes.Run(ctx.Done())

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/nftables"
@@ -45,20 +46,25 @@ const (
 	statusSettle = time.Second
 )
 
-// nodeReport is the node status reconciler's memory.
+// nodeReport is the node status reconciler's memory and its writer's.
 type nodeReport struct {
 	// client writes the PodwireNodeStatus; nil: none is written.
 	client dynamic.ResourceInterface
-	// refusals are the node's last refusals, newest last (under
-	// nodeState.mu: the socket's goroutines add them).
+	// refusals are the node's last refusals, newest last, and sig is the
+	// agent's state as statusChanged last saw it (both under
+	// nodeState.mu: the socket's goroutines add refusals).
 	refusals []nodestatus.Refusal
-	// sig is statusSignature after the last pass of any reconciler.
-	sig string
-	// written is the last report written (its Updated zeroed), at when.
-	// exists: the object is known to exist with resourceVersion rv (else
-	// the next write reads it first).
-	written *nodestatus.Status
-	at      time.Time
+	sig      string
+	// handed is the last report the pass handed to the writer (its
+	// Updated zero), at handedAt (the runner's goroutine only).
+	handed   *nodestatus.Status
+	handedAt time.Time
+	// The writer's: pending is the report to write (nil: none), kick
+	// wakes it; exists says the object is known to exist with
+	// resourceVersion rv (else the next write reads it first).
+	mu      sync.Mutex
+	pending *nodestatus.Status
+	kick    chan struct{}
 	exists  bool
 	rv      string
 }
@@ -94,29 +100,91 @@ func (a *Agent) statusChanged() {
 	}
 }
 
-// reconcileStatus writes this node's PodwireNodeStatus when the report
-// differs from the last one written (the drop counters alone: once per
-// statusEvery). A superseded agent writes nothing: the node's new agent
-// reports.
+// reconcileStatus hands this node's report to the writer (writeStatuses)
+// when it differs from the last one handed (the drop counters alone: once
+// per statusEvery). It reads the records and the drop counters on the
+// runner's goroutine (the node's netns) and never waits for the API, so a
+// slow apiserver holds no repair back. A superseded agent reports nothing:
+// the node's new agent does.
 //
 // Triggers: a change of the agent's state (statusChanged), the records
 // (recordsChanged), a refusal. Backstop: statusEvery.
-func (a *Agent) reconcileStatus(ctx context.Context) error {
+func (a *Agent) reconcileStatus(context.Context) error {
 	if a.superseded() {
 		return nil
 	}
+	rep := a.nodeStatus(readDrops)
+	if h := a.report.handed; h != nil && time.Since(a.report.handedAt) < statusEvery && sameReport(h, rep) {
+		return nil
+	}
+	a.report.handed, a.report.handedAt = rep, time.Now()
+	a.report.mu.Lock()
+	a.report.pending = rep
+	a.report.mu.Unlock()
+	select {
+	case a.report.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeStatuses writes the reports reconcileStatus hands it until ctx
+// ends; a failed write is tried again after 1 s, doubling up to a minute,
+// unless a newer report comes first, and is a finding meanwhile.
+func (a *Agent) writeStatuses(ctx context.Context) {
+	backoff := time.Second
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.report.kick:
+		case <-retry.C:
+		}
+		err := a.writeStatus(ctx)
+		a.setFinding("node status", err)
+		if err != nil {
+			retry.Reset(backoff)
+			backoff = min(2*backoff, time.Minute)
+			continue
+		}
+		backoff = time.Second
+	}
+}
+
+// writeStatus writes the pending report, if any, into the node's
+// PodwireNodeStatus (created owned by the node's Node, else updated with
+// the resourceVersion last read); on failure the report stays pending,
+// unless a newer one came meanwhile.
+func (a *Agent) writeStatus(ctx context.Context) error {
+	a.report.mu.Lock()
+	rep := a.report.pending
+	a.report.pending = nil
+	a.report.mu.Unlock()
+	if rep == nil {
+		return nil
+	}
+	err := a.putStatus(ctx, rep)
+	if err != nil {
+		a.report.mu.Lock()
+		if a.report.pending == nil {
+			a.report.pending = rep
+		}
+		a.report.mu.Unlock()
+	}
+	return err
+}
+
+func (a *Agent) putStatus(ctx context.Context, rep *nodestatus.Status) error {
 	uid := a.api.node.UID()
 	if uid == "" {
 		return errors.New("the node's own Node not read yet")
 	}
-	rep := a.nodeStatus(readDrops)
-	if w := a.report.written; w != nil && time.Since(a.report.at) < statusEvery && sameReport(w, rep) {
-		return nil
-	}
-	written := *rep
-	rep.Updated = time.Now().UTC().Truncate(time.Second)
+	out := *rep
+	out.Updated = time.Now().UTC().Truncate(time.Second)
 	var status map[string]any
-	b, err := json.Marshal(rep)
+	b, err := json.Marshal(out)
 	if err == nil {
 		err = json.Unmarshal(b, &status)
 	}
@@ -133,17 +201,17 @@ func (a *Agent) reconcileStatus(ctx context.Context) error {
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return err
+			return fmt.Errorf("reading PodwireNodeStatus %s: %w", a.cfg.Node, err)
 		default:
 			a.report.exists, a.report.rv = true, cur.GetResourceVersion()
 		}
 	}
-	var out *unstructured.Unstructured
+	var written *unstructured.Unstructured
 	if !a.report.exists {
-		out, err = a.report.client.Create(ctx, u, metav1.CreateOptions{})
+		written, err = a.report.client.Create(ctx, u, metav1.CreateOptions{})
 	} else {
 		u.SetResourceVersion(a.report.rv)
-		out, err = a.report.client.Update(ctx, u, metav1.UpdateOptions{})
+		written, err = a.report.client.Update(ctx, u, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
@@ -151,8 +219,7 @@ func (a *Agent) reconcileStatus(ctx context.Context) error {
 		}
 		return fmt.Errorf("writing PodwireNodeStatus %s: %w", a.cfg.Node, err)
 	}
-	a.report.exists, a.report.rv = true, out.GetResourceVersion()
-	a.report.written, a.report.at = &written, time.Now()
+	a.report.exists, a.report.rv = true, written.GetResourceVersion()
 	return nil
 }
 

@@ -105,14 +105,21 @@ func statusWrites(fc *dynamicfake.FakeDynamicClient) int {
 
 // TestNodeStatusWrites: the first pass creates the node's report, owned by
 // its Node; a pass with nothing new writes nothing, nor does a change of the
-// drop counters alone; a refusal is written; a conflict makes the next pass
-// read the object again; a superseded agent writes nothing.
+// drop counters alone; a refusal is written; a failed write stays pending
+// and the next one reads the object again after a conflict.
 func TestNodeStatusWrites(t *testing.T) {
 	ctx := context.Background()
 	a, fc := statusAgent(t)
+	// pass runs the reconciler's pass and the writer's.
+	pass := func() error {
+		if err := a.reconcileStatus(ctx); err != nil {
+			return err
+		}
+		return a.writeStatus(ctx)
+	}
 	putRecord(t, a.cfg.StateDir, &state.Record{ContainerID: "c1", IfName: "eth0", PodNamespace: "a", PodName: "web",
 		HostIfName: "veth1", SourceCheck: true})
-	if err := a.reconcileStatus(ctx); err != nil {
+	if err := pass(); err != nil {
 		t.Fatal(err)
 	}
 	u, err := fc.Resource(NodeStatusResource).Get(ctx, "n1", metav1.GetOptions{})
@@ -125,18 +132,18 @@ func TestNodeStatusWrites(t *testing.T) {
 	if w, _, _ := unstructured.NestedFloat64(u.Object, "status", "counts", "wired"); w != 1 {
 		t.Errorf("status.counts.wired %v, want 1", w)
 	}
-	if err := a.reconcileStatus(ctx); err != nil {
+	if err := pass(); err != nil {
 		t.Fatal(err)
 	}
 	if n := statusWrites(fc); n != 1 {
 		t.Fatalf("%d writes after a pass with nothing new, want 1", n)
 	}
-	a.report.written.Counts.DroppedPackets = 99 // as if the counters had moved since
-	if err := a.reconcileStatus(ctx); err != nil || statusWrites(fc) != 1 {
+	a.report.handed.Counts.DroppedPackets = 99 // as if the counters had moved since
+	if err := pass(); err != nil || statusWrites(fc) != 1 {
 		t.Fatalf("a change of the drop counters alone: %v, %d writes", err, statusWrites(fc))
 	}
 	a.noteRefusal("a", "bad", "forwarding-namespace", "not admitted")
-	if err := a.reconcileStatus(ctx); err != nil || statusWrites(fc) != 2 {
+	if err := pass(); err != nil || statusWrites(fc) != 2 {
 		t.Fatalf("a refusal: %v, %d writes", err, statusWrites(fc))
 	}
 	u, _ = fc.Resource(NodeStatusResource).Get(ctx, "n1", metav1.GetOptions{})
@@ -148,12 +155,16 @@ func TestNodeStatusWrites(t *testing.T) {
 		return true, nil, apierrors.NewConflict(NodeStatusResource.GroupResource(), "n1", errors.New("changed"))
 	})
 	a.noteRefusal("a", "bad2", "forwarding-namespace", "not admitted")
-	if err := a.reconcileStatus(ctx); !apierrors.IsConflict(err) || a.report.exists {
-		t.Fatalf("a conflict: %v, the resourceVersion read before kept", err)
+	if err := pass(); !apierrors.IsConflict(err) || a.report.exists || a.report.pending == nil {
+		t.Fatalf("a conflict: %v; the resourceVersion read before kept %v, the report dropped %v", err, a.report.exists, a.report.pending == nil)
 	}
 	fc.ReactionChain = fc.ReactionChain[1:]
-	if err := a.reconcileStatus(ctx); err != nil {
+	if err := a.writeStatus(ctx); err != nil {
 		t.Fatal(err)
+	}
+	u, _ = fc.Resource(NodeStatusResource).Get(ctx, "n1", metav1.GetOptions{})
+	if r, _, _ := unstructured.NestedSlice(u.Object, "status", "refusals"); len(r) != 2 {
+		t.Errorf("after the retry, refusals %v", r)
 	}
 
 	for range nodestatus.MaxRefusals + 3 {
