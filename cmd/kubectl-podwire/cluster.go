@@ -87,6 +87,18 @@ func (o *options) clients() (*clients, error) {
 	return c, nil
 }
 
+// snapshot checks the flags and reads the cluster.
+func (o *options) snapshot(ctx context.Context) (*snapshot, error) {
+	if err := o.checkOutput(); err != nil {
+		return nil, err
+	}
+	c, err := o.clients()
+	if err != nil {
+		return nil, err
+	}
+	return o.read(ctx, c)
+}
+
 // pageSize bounds each LIST's answer: a cluster of thousands of nodes is
 // read a page at a time.
 const pageSize = 500

@@ -18,14 +18,7 @@ import (
 
 // status prints every node's view; errUnhealthy when one is not healthy.
 func (o *options) status(ctx context.Context) error {
-	if err := o.checkOutput(); err != nil {
-		return err
-	}
-	c, err := o.clients()
-	if err != nil {
-		return err
-	}
-	s, err := o.read(ctx, c)
+	s, err := o.snapshot(ctx)
 	if err != nil {
 		return err
 	}
@@ -145,14 +138,7 @@ type refusalRow struct {
 // pods prints the wired pods and the refused ones of every node (or
 // o.node), of one namespace when -n is given.
 func (o *options) pods(ctx context.Context) error {
-	if err := o.checkOutput(); err != nil {
-		return err
-	}
-	c, err := o.clients()
-	if err != nil {
-		return err
-	}
-	s, err := o.read(ctx, c)
+	s, err := o.snapshot(ctx)
 	if err != nil {
 		return err
 	}

@@ -132,25 +132,11 @@ func (a *Agent) reconcileStatus(context.Context) error {
 // ends; a failed write is tried again after 1 s, doubling up to a minute,
 // unless a newer report comes first, and is a finding meanwhile.
 func (a *Agent) writeStatuses(ctx context.Context) {
-	backoff := time.Second
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.report.kick:
-		case <-retry.C:
-		}
+	whenKicked(ctx, a.report.kick, func(ctx context.Context) (time.Duration, error) {
 		err := a.writeStatus(ctx)
 		a.setFinding("node status", err)
-		if err != nil {
-			retry.Reset(backoff)
-			backoff = min(2*backoff, time.Minute)
-			continue
-		}
-		backoff = time.Second
-	}
+		return 0, err
+	})
 }
 
 // writeStatus writes the pending report, if any, into the node's
