@@ -46,6 +46,10 @@ const (
 	statusSettle = time.Second
 )
 
+// findingStatus is the writer's finding while a write fails: in `podwire
+// status` on the node, not in the report.
+const findingStatus = "node status"
+
 // nodeReport is the node status reconciler's memory and its writer's.
 type nodeReport struct {
 	// client writes the PodwireNodeStatus; nil: none is written.
@@ -134,7 +138,7 @@ func (a *Agent) reconcileStatus(context.Context) error {
 func (a *Agent) writeStatuses(ctx context.Context) {
 	whenKicked(ctx, a.report.kick, func(ctx context.Context) (time.Duration, error) {
 		err := a.writeStatus(ctx)
-		a.setFinding("node status", err)
+		a.setFinding(findingStatus, err)
 		return 0, err
 	})
 }
@@ -252,7 +256,9 @@ func (a *Agent) nodeStatus(r func() (map[string]sourcecheck.Drops, error)) *node
 		Refusals:  slices.Clone(a.report.refusals),
 	}
 	for k, v := range a.st.findings {
-		rep.Errors = append(rep.Errors, k+": "+v)
+		if k != findingStatus { // a report that says it could not be written, written late
+			rep.Errors = append(rep.Errors, k+": "+v)
+		}
 	}
 	a.st.mu.Unlock()
 	if notReady != nil {

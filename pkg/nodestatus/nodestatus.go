@@ -152,8 +152,9 @@ type Refusal struct {
 }
 
 // Problems is nil when the report says the node is in order: the agent
-// Ready, podwire in the chain, its tables verified, no reconciler failing
-// and no pod unchecked or unknown; else each problem, a sentence each.
+// Ready, podwire in the chain, its tables verified, no reconciler failing,
+// no finding (Errors) and no pod unchecked or unknown; else each problem,
+// a sentence each.
 func (s *Status) Problems() []string {
 	var p []string
 	if !s.Agent.Ready {
@@ -168,6 +169,7 @@ func (s *Status) Problems() []string {
 	for _, r := range s.Failing {
 		p = append(p, "reconciler "+r.Name+" failing: "+r.LastError)
 	}
+	p = append(p, s.Errors...)
 	if s.Counts.Unchecked > 0 {
 		p = append(p, fmt.Sprintf("%d attachments whose sources cannot be checked", s.Counts.Unchecked))
 	}
