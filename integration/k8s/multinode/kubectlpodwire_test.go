@@ -111,8 +111,13 @@ func helmTest(t *testing.T) (string, bool) {
 	defer cancel()
 	out, err := c.Helm(ctx, helmBin, "test", release, "--namespace", releaseNS, "--timeout", "2m")
 	logs, _ := c.Kubectl(ctx, "", "-n", agentNS, "logs", "podwire-test-status")
-	t.Logf("helm test: %v\n%s\nits Pod's log:\n%s", err, strings.TrimSpace(out), logs)
-	return logs, err == nil
+	if err != nil {
+		// The error holds helm's output.
+		t.Logf("helm test failed: %v\nits Pod's log:\n%s", err, logs)
+		return logs, false
+	}
+	t.Logf("helm test passed:\n%s\nits Pod's log:\n%s", strings.TrimSpace(out), logs)
+	return logs, true
 }
 
 // TestKubectlPodwire: `kubectl podwire`, from the API alone, on the
