@@ -264,6 +264,7 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 		tables: tableMemo{own: newOwnGens()},
 		report: nodeReport{client: cfg.NodeStatus, kick: make(chan struct{}, 1)},
 	}
+	a.m.state.a = a
 	a.addReconcilers()
 	return a
 }

@@ -170,6 +170,7 @@ const (
 // them as a Warning Event on the Node.
 func (a *Agent) noteEgressErrors(_ context.Context, errs []string) {
 	msg := strings.Join(errs, "; ")
+	a.m.egress.Set(float64(len(errs)))
 	a.st.mu.Lock()
 	old := a.st.findings["egress"]
 	a.st.mu.Unlock()
