@@ -12,7 +12,11 @@
 #
 # The module's versions are v0.MAJORMINOR.PATCH of the Prometheus release
 # (v0.316.0 is Prometheus 3.16.0). Its go.mod has no replace directives, so
-# cmd/promtool builds from a throwaway module that requires it.
+# cmd/promtool builds from a throwaway module that requires it. The build
+# tag remove_all_sd (Prometheus' own, plugins/) leaves out the service
+# discoveries (the cloud providers' SDKs, Kubernetes' client), which only
+# `promtool check config` of a scrape configuration would use: most of a
+# cold build's packages.
 #
 # Idempotent: a version whose binary is present (and whose stamp is written
 # last) is not rebuilt.
@@ -27,5 +31,5 @@ start_build "$OUT" "$VERSION" promtool
 go_module "$work" promtoolbuild github.com/prometheus/prometheus "$VERSION"
 echo "promtool-build: promtool $VERSION (github.com/prometheus/prometheus/cmd/promtool)"
 mkdir -p "$work/out"
-(cd "$work" && time "$GO" build -trimpath -ldflags "-s -w" -o out/promtool github.com/prometheus/prometheus/cmd/promtool)
+(cd "$work" && time "$GO" build -trimpath -tags remove_all_sd -ldflags "-s -w" -o out/promtool github.com/prometheus/prometheus/cmd/promtool)
 finish_build "$OUT" "$VERSION" "$work/out/promtool"
