@@ -197,7 +197,9 @@ func renderAlertRules(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"template", release, chart, "--show-only", "templates/32-prometheusrule.yaml",
+	// --kube-version: without a cluster helm template assumes a
+	// Kubernetes older than the chart's kubeVersion.
+	args := []string{"template", release, chart, "--kube-version", "1.30.0", "--show-only", "templates/32-prometheusrule.yaml",
 		"--set", "metrics.enabled=true", "--set", "metrics.prometheusRule.enabled=true"}
 	for _, k := range slices.Sorted(maps.Keys(chartAlerts)) {
 		args = append(args, "--set", fmt.Sprintf("metrics.prometheusRule.alerts.%s.for=%v", k, alertFor))
