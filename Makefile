@@ -80,7 +80,7 @@ export PODWIRE_CNI_BIN := $(TOOLS_DIR)
 # chart's renderer and the linters are modules of their own, each tied to
 # the root by a replace, so their dependencies stay out of the product's
 # go.mod. `make lint` vets every one.
-MODULES := . integration tools/chart tools/checkdeps tools/image tools/lint
+MODULES := . cmd/kubectl-podwire integration tools/alerts tools/chart tools/checkdeps tools/image tools/lint
 # mkimage, the image builder of tools/image (scripts/image.sh, make push).
 MKIMAGE := $(CURDIR)/bin/mkimage
 # Package paths as callers name them from the root (./integration/x/) to
@@ -97,6 +97,7 @@ deps:
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire ./plugins/podwire
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/podwire-agent ./cmd/podwire-agent
+	$(GO) -C cmd/kubectl-podwire build -trimpath -ldflags '$(LDFLAGS)' -o $(CURDIR)/bin/kubectl-podwire .
 
 # The agent's image as an OCI archive (bin/podwire-image.tar) holding a
 # multi-arch index with a CycloneDX SBOM of its binaries, built offline;
@@ -195,6 +196,9 @@ k8s-bins: runtime-bins
 # runtime-bins) and the agent's images.
 K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
+# promtool, for the multi-node suite's evaluation of the chart's alerts.
+K8S_TEST_ENV += PODWIRE_PROMTOOL=$(PROMTOOL)
+
 # The single-node and the multi-node suites run at once (-p 2): each
 # cluster is private to its run, and the first ends while the second sets
 # up; go test then prints each package's output whole, as it ends.
@@ -202,7 +206,7 @@ K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S
 # the suites, named from the root (go test runs them in integration/).
 K8S_RUN ?= .
 K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/
-test-k8s: deps image image-upgrade tools k8s-bins
+test-k8s: deps image image-upgrade tools k8s-bins promtool
 	$(K8S_TEST_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
@@ -259,11 +263,22 @@ FUZZTIME ?= 100000x
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
+# promtool, built once per version into .cache by scripts/promtool-build.sh
+# from the module proxy (github.com/prometheus/prometheus v0.MAJORMINOR.PATCH
+# is Prometheus MAJOR.MINOR.PATCH): `make lint` checks and tests the chart's
+# PrometheusRule with it (scripts/check-alerts.sh), the multi-node suite
+# evaluates the rules on the agents' scrapes.
+PROMETHEUS_VERSION := v0.316.0
+PROMTOOL := $(CURDIR)/.cache/promtool-$(PROMETHEUS_VERSION)/promtool
+.PHONY: promtool
+promtool:
+	scripts/promtool-build.sh $(PROMETHEUS_VERSION) $(CURDIR)/.cache
+
 # The forbidigo rules of .golangci.yml (netlink dumps, the process shape),
 # run by tools/lint: forbidigo's analyzer at the version of tools/lint/go.mod,
 # built into LINT_BIN (a no-op build when nothing changed), over every module.
 LINT_BIN := $(CURDIR)/bin/lint
-lint:
+lint: promtool
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	for m in $(MODULES); do echo "go vet in $$m"; $(GO) -C $$m vet ./... || exit 1; done
 	$(GO) -C tools/lint build -trimpath -o $(LINT_BIN) .
@@ -272,6 +287,8 @@ lint:
 	scripts/check-deps.sh
 	$(GO) -C tools/checkdeps test -count=1 .
 	$(GO) -C tools/chart test -count=1 .
+	GO=$(GO) scripts/check-alerts.sh $(PROMTOOL)
+	$(GO) -C tools/alerts test -count=1 .
 
 # deploy/*.yaml, rendered from the Helm chart deploy/helm/podwire with the
 # Helm SDK (tools/chart); `make lint` fails when they differ from it.

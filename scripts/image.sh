@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds podwire's image offline as an OCI archive, bin/podwire-image.tar: a
 # multi-arch image index (one image per platform of PLATFORMS), each image
-# one layer holding the static binaries podwire-agent and podwire,
+# one layer holding the static binaries podwire-agent, podwire and
+# kubectl-podwire (the chart's `helm test` runs it),
 # cross-compiled with CGO_ENABLED=0 into bin/<os>_<arch>/ (MKIMAGE, the
 # command of tools/image that `make mkimage` builds, with
 # go-containerregistry; no base image, no daemon, no registry). mkimage
@@ -32,7 +33,8 @@ for p in $PLATFORMS; do
 	out=$BUILD_DIR/${os}_$arch
 	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire" ./plugins/podwire
 	GOOS=$os GOARCH=$arch $GO build -trimpath -ldflags "$LDFLAGS" -o "$out/podwire-agent" ./cmd/podwire-agent
+	GOOS=$os GOARCH=$arch $GO -C cmd/kubectl-podwire build -trimpath -ldflags "$LDFLAGS" -o "$PWD/$out/kubectl-podwire" .
 	args+=(-platform "$p=$out")
 done
 "${MKIMAGE:?set by make image}" build -o "$OUT" -name "$IMAGE" \
-	-version "$VERSION" -revision "${COMMIT:-}" "${args[@]}" podwire-agent podwire
+	-version "$VERSION" -revision "${COMMIT:-}" "${args[@]}" podwire-agent podwire kubectl-podwire

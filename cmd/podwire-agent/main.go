@@ -154,6 +154,7 @@ func run(logp **slog.Logger) error {
 			Uninstall: un,
 		},
 		UnknownInterfaces: *unknownIfs,
+		NodeStatus:        dyn.Resource(agent.NodeStatusResource),
 	}, md, core, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

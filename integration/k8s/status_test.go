@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podwire/podwire/pkg/atomicfile"
 )
 
 // networkWatch samples the runtime's NetworkReady condition through the
@@ -228,9 +229,11 @@ func TestStatusNodeReadiness(t *testing.T) {
 	w.requireReadySince(t, t0, "agent restarted", 5)
 
 	// The primary's conflist rewritten without podwire, then restored by
-	// the agent and reloaded by containerd.
+	// the agent and reloaded by containerd. The rewrite is atomic (a
+	// rename): a truncating write shows the runtime an empty conflist for
+	// a moment, and containerd is then not ready whatever podwire does.
 	t0 = time.Now()
-	if err := os.WriteFile(n1.PrimaryConflist, n1.PrimaryConflistBytes(), 0o644); err != nil {
+	if err := atomicfile.WriteFile(n1.PrimaryConflist, n1.PrimaryConflistBytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := waitFile(ctx, n1.PrimaryConflist, func(b []byte) bool { return strings.Contains(string(b), `"podwire"`) }); err != nil {

@@ -44,6 +44,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 
@@ -70,6 +71,9 @@ type Config struct {
 	// UnknownInterfaces is what the agent does about pod interfaces without
 	// a podwire record: UnknownReport, UnknownDrop, or "" (nothing).
 	UnknownInterfaces string
+	// NodeStatus writes the node's PodwireNodeStatus (NodeStatusResource,
+	// nodestatus.go); nil: no report is written.
+	NodeStatus dynamic.ResourceInterface
 }
 
 // Serve is where the agent answers.
@@ -149,6 +153,8 @@ type Agent struct {
 	// which is its own).
 	tables tableMemo
 	memo   passMemo
+	// report is the node status reconciler's memory (nodestatus.go).
+	report nodeReport
 }
 
 // informers are the agent's API clients and caches.
@@ -176,6 +182,8 @@ type nodeState struct {
 	// succeeded since the start; clusterWritten: the cluster's CIDRs have
 	// been written once.
 	tablesVerified, clusterWritten bool
+	// lastRepaired is what the last repair of the tables did, one line.
+	lastRepaired string
 	// ready is the readiness after the last pass (readinessChanged).
 	ready bool
 	// successor is the agent that took the node over ("" while this one
@@ -254,7 +262,9 @@ func New(cfg Config, md metadata.Interface, events corev1client.EventsGetter, lo
 			findings: map[string]string{},
 		},
 		tables: tableMemo{own: newOwnGens()},
+		report: nodeReport{client: cfg.NodeStatus, kick: make(chan struct{}, 1)},
 	}
+	a.m.state.a = a
 	a.addReconcilers()
 	return a
 }
@@ -275,6 +285,7 @@ const (
 	recTaint   = "startup taint"
 	recMetrics = "metrics"
 	recClaims  = "cluster claims"
+	recStatus  = "node status"
 )
 
 // recordSettle is how long the reconcilers that follow the records wait
@@ -305,6 +316,9 @@ func (a *Agent) addReconcilers() {
 	if a.cfg.Serve.MetricsAddr != "" {
 		a.run.add(&reconciler{name: recMetrics, do: a.reconcileMetrics})
 	}
+	if a.report.client != nil {
+		a.run.add(&reconciler{name: recStatus, do: a.reconcileStatus, every: statusEvery, minGap: statusGap})
+	}
 	a.run.after = a.readinessChanged
 	if a.cfg.Cluster.Claims != nil {
 		a.claims.add(&reconciler{name: recClaims, do: a.reconcileClaims, every: claimSyncEvery})
@@ -321,7 +335,7 @@ const floodGap = 3 * time.Second
 // (an ADD or a DEL wrote or removed one), settled: a burst of ADDs makes
 // one pass each.
 func (a *Agent) recordsChanged() {
-	for _, name := range []string{recEgress, recRoutes, recGates, recCollect, recVLAN} {
+	for _, name := range []string{recEgress, recRoutes, recGates, recCollect, recVLAN, recStatus} {
 		a.run.trigger(name, recordSettle)
 	}
 	a.claims.trigger(recClaims, recordSettle)
@@ -367,6 +381,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if c := a.cfg.Cluster; c.Uninstall != nil {
 		go c.Uninstall.Run(ctx)
+	}
+	if a.report.client != nil {
+		go a.writeStatuses(ctx)
 	}
 	if c := a.cfg.Cluster; c.Claims != nil {
 		go c.Claims.routes.Run(ctx.Done())
@@ -523,6 +540,7 @@ func (a *Agent) readinessChanged() {
 		a.markReady()
 		a.run.trigger(recTaint, 0)
 	}
+	a.statusChanged()
 }
 
 // readyLocked is nil when the agent can do its job: the informers have

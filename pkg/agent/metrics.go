@@ -34,9 +34,11 @@ import (
 // Label cardinality is bounded: op, kind, mode and reason by the code's
 // constants (a value another build sends that this one does not know is
 // counted as "unknown" or agentapi.RefusalOther, never echoed), table by
-// the tables podwire may own (ruleset.Known), and pod labels only on the per-pod drop
-// counters, which are emitted from the last snapshot and so vanish with
-// the pod's record.
+// the tables podwire may own (ruleset.Known), reconciler by the agent's
+// reconcilers (metrics_state.go), and pod labels only on the per-pod drop
+// counters: two series per checked attachment of the node (so at most
+// twice the kubelet's maxPods per interface a pod has), emitted from the
+// last snapshot, so that they vanish with the pod's record.
 type metrics struct {
 	reg      *prometheus.Registry
 	repairs  *prometheus.CounterVec
@@ -46,6 +48,11 @@ type metrics struct {
 	latency  *prometheus.HistogramVec
 	refusals *prometheus.CounterVec
 	unknown  prometheus.Gauge
+	egress   prometheus.Gauge
+	// state emits the agent's state; its agent is set by New.
+	state stateCollector
+	// collectors are what reg serves (MetricNames describes them).
+	collectors []prometheus.Collector
 
 	mu   sync.Mutex
 	node nodeSnapshot
@@ -55,6 +62,7 @@ type metrics struct {
 type nodeSnapshot struct {
 	read                       bool
 	wired, checked, forwarding int
+	unchecked                  int
 	drops                      []podDrops
 	recordsErr, dropsErr       bool
 }
@@ -89,6 +97,8 @@ var (
 		"Attachments whose sources the source check verifies.", nil, nil)
 	descForwarding = prometheus.NewDesc("podwire_pods_forwarding",
 		"Attachments of admitted forwarding pods (no source check).", nil, nil)
+	descUnchecked = prometheus.NewDesc("podwire_pods_unchecked",
+		"Attachments whose sources podwire cannot check (the record's unchecked reason: a pod interface without a host side, such as macvlan or ipvlan, or an Open vSwitch port).", nil, nil)
 	descDropPackets = prometheus.NewDesc("podwire_pod_dropped_packets_total",
 		"Packets the source check dropped from a checked pod's interface (forged sources; on a bridge port also forged ARP/NA and router advertisements), from the nftables element counters; restarts at 0 when a repair re-adds the element.",
 		[]string{"namespace", "pod", "interface"}, nil)
@@ -129,14 +139,19 @@ func newMetrics(version string) *metrics {
 			Name: "podwire_unknown_interfaces",
 			Help: "The node's pod interfaces without a podwire record at the last repair: pods wired while podwire was out of the runtime's chain (unknownInterfaces report or drop).",
 		}),
+		egress: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podwire_egress_errors",
+			Help: "The node tables' errors at the last repair: an egress IP of the Node annotation outside egress.allowedCIDRs, or an egress IP not assigned on the node (each also a PodwireEgressError Event on the Node).",
+		}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "podwire_agent_build_info", Help: "1, labelled with the agent's version and agent protocol.",
 		ConstLabels: prometheus.Labels{"version": version, "protocol": fmt.Sprint(agentapi.Proto)},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.repairs, m.restores, m.requests, m.errors, m.latency, m.refusals, m.unknown, build, m,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.collectors = []prometheus.Collector{m.repairs, m.restores, m.requests, m.errors, m.latency, m.refusals, m.unknown, m.egress, build, m, &m.state,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	m.reg.MustRegister(m.collectors...)
 	// Zero series from the start, so a rate() has a base before the
 	// first event.
 	for _, op := range ops {
@@ -213,7 +228,7 @@ func (m *metrics) repaired(res *cliapi.RepairResult) {
 
 // Describe is the node collector's half of prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descWired, descChecked, descForwarding, descDropPackets, descDropBytes, descReadErrors} {
+	for _, d := range []*prometheus.Desc{descWired, descChecked, descForwarding, descUnchecked, descDropPackets, descDropBytes, descReadErrors} {
 		ch <- d
 	}
 }
@@ -229,6 +244,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWired, prometheus.GaugeValue, float64(s.wired))
 	ch <- prometheus.MustNewConstMetric(descChecked, prometheus.GaugeValue, float64(s.checked))
 	ch <- prometheus.MustNewConstMetric(descForwarding, prometheus.GaugeValue, float64(s.forwarding))
+	ch <- prometheus.MustNewConstMetric(descUnchecked, prometheus.GaugeValue, float64(s.unchecked))
 	for _, d := range s.drops {
 		ch <- prometheus.MustNewConstMetric(descDropPackets, prometheus.CounterValue, float64(d.drops.Packets), d.namespace, d.pod, d.iface)
 		ch <- prometheus.MustNewConstMetric(descDropBytes, prometheus.CounterValue, float64(d.drops.Bytes), d.namespace, d.pod, d.iface)
@@ -284,6 +300,9 @@ func (m *metrics) readNode(stateDir string, r func() (map[string]sourcecheck.Dro
 		}
 		if rec.Forwarding {
 			s.forwarding++
+		}
+		if rec.Unchecked != "" {
+			s.unchecked++
 		}
 		if d := cliapi.AttachmentDrops(rec, drops); d != nil {
 			ns, name := rec.PodNamespace, rec.PodName

@@ -14,7 +14,8 @@ import (
 	"github.com/podwire/podwire/pkg/state"
 )
 
-// TestMetricsNodeSnapshot: the gauges count complete records by kind, the
+// TestMetricsNodeSnapshot: the gauges count complete records by kind (an
+// unchecked one by its reason), the
 // drop series exist for checked pods only (named by the record), and go
 // with the record; a failed read is reported and keeps what was read.
 func TestMetricsNodeSnapshot(t *testing.T) {
@@ -25,6 +26,7 @@ func TestMetricsNodeSnapshot(t *testing.T) {
 		{ContainerID: "c2", IfName: "eth0", Complete: true, PodNamespace: "nf", PodName: "router", HostIfName: "veth2", Forwarding: true},
 		{ContainerID: "c3", IfName: "eth0", Complete: false, PodNamespace: "shop", PodName: "half", HostIfName: "veth3", SourceCheck: true},
 		{ContainerID: "c4", IfName: "eth0", Complete: true, HostIfName: "veth4", SourceCheck: true},
+		{ContainerID: "c5", IfName: "eth0", Complete: true, PodNamespace: "shop", PodName: "mac", Unchecked: `pod interface "eth0" is a macvlan: no host interface to check its sources at`},
 	} {
 		r.Version = state.RecordVersion
 		if err := st.Put(r); err != nil {
@@ -47,12 +49,15 @@ podwire_pods_checked 2
 # HELP podwire_pods_forwarding Attachments of admitted forwarding pods (no source check).
 # TYPE podwire_pods_forwarding gauge
 podwire_pods_forwarding 1
+# HELP podwire_pods_unchecked Attachments whose sources podwire cannot check (the record's unchecked reason: a pod interface without a host side, such as macvlan or ipvlan, or an Open vSwitch port).
+# TYPE podwire_pods_unchecked gauge
+podwire_pods_unchecked 1
 # HELP podwire_pods_wired Attachments with a complete record in stateDir.
 # TYPE podwire_pods_wired gauge
-podwire_pods_wired 3
+podwire_pods_wired 4
 `
 	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want), "podwire_pod_dropped_packets_total",
-		"podwire_pods_checked", "podwire_pods_forwarding", "podwire_pods_wired"); err != nil {
+		"podwire_pods_checked", "podwire_pods_forwarding", "podwire_pods_unchecked", "podwire_pods_wired"); err != nil {
 		t.Error(err)
 	}
 
@@ -73,7 +78,7 @@ podwire_node_read_errors{source="nftables"} 1
 podwire_node_read_errors{source="records"} 0
 # HELP podwire_pods_wired Attachments with a complete record in stateDir.
 # TYPE podwire_pods_wired gauge
-podwire_pods_wired 2
+podwire_pods_wired 3
 `), "podwire_node_read_errors", "podwire_pods_wired"); err != nil {
 		t.Error(err)
 	}

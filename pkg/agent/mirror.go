@@ -637,6 +637,23 @@ func (p *mirrorPublisher) wake() {
 // backoff of up to a minute.
 func (p *mirrorPublisher) run(ctx context.Context) {
 	go p.own.Run(ctx.Done())
+	whenKicked(ctx, p.kick, func(ctx context.Context) (time.Duration, error) {
+		err := p.publish(ctx)
+		if errors.Is(err, errNotListed) {
+			return 200 * time.Millisecond, nil
+		}
+		if err != nil {
+			p.log.Warn("failed to write this node's PodwireNode; trying again", "node", p.node, "error", err)
+		}
+		return 0, err
+	})
+}
+
+// whenKicked runs do at each kick until ctx ends. A failure is tried again
+// after a backoff of 1 s, doubling up to a minute, unless a kick comes
+// first; do's again, when not zero, asks for another run after it with the
+// backoff unchanged (what do needs is not there yet).
+func whenKicked(ctx context.Context, kick <-chan struct{}, do func(context.Context) (again time.Duration, err error)) {
 	backoff := time.Second
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
@@ -644,21 +661,19 @@ func (p *mirrorPublisher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.kick:
+		case <-kick:
 		case <-retry.C:
 		}
-		err := p.publish(ctx)
-		if errors.Is(err, errNotListed) {
-			retry.Reset(200 * time.Millisecond)
-			continue
-		}
-		if err != nil {
-			p.log.Warn("failed to write this node's PodwireNode; trying again", "node", p.node, "error", err, "after", backoff)
+		again, err := do(ctx)
+		switch {
+		case again > 0:
+			retry.Reset(again)
+		case err != nil:
 			retry.Reset(backoff)
 			backoff = min(2*backoff, time.Minute)
-			continue
+		default:
+			backoff = time.Second
 		}
-		backoff = time.Second
 	}
 }
 

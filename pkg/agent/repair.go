@@ -123,6 +123,7 @@ func (a *Agent) reconcileTables(ctx context.Context) error {
 	a.st.mu.Lock()
 	a.st.status.Repairs++
 	a.st.status.LastRepair = now.UTC()
+	a.st.lastRepaired = fmt.Sprintf("rebuilt %v, deleted %v, elements re-added %v", res.Rebuilt, res.Deleted, res.ElementsReadded)
 	a.st.mu.Unlock()
 	msg := fmt.Sprintf("podwire's nftables tables were missing or had drifted, and were repaired: rebuilt %v, deleted %v, elements re-added %v (wanted %v)",
 		res.Rebuilt, res.Deleted, res.ElementsReadded, res.Tables)
@@ -169,6 +170,7 @@ const (
 // them as a Warning Event on the Node.
 func (a *Agent) noteEgressErrors(_ context.Context, errs []string) {
 	msg := strings.Join(errs, "; ")
+	a.m.egress.Set(float64(len(errs)))
 	a.st.mu.Lock()
 	old := a.st.findings["egress"]
 	a.st.mu.Unlock()

@@ -70,6 +70,7 @@ func (a *Agent) handle(ctx context.Context, req agentapi.Request) *agentapi.Resp
 		}
 		a.log.Info("the plugin refused a pod", "pod", req.Namespace+"/"+req.Name, "uid", req.UID, "reason", gate, "message", msg)
 		a.ev.refused(req.Namespace, req.Name, req.UID, gate, msg)
+		a.noteRefusal(req.Namespace, req.Name, gate, msg)
 		return &agentapi.Response{}
 	case agentapi.OpClaim, agentapi.OpRelease:
 		return a.handleClaims(ctx, req)

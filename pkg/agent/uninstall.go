@@ -49,6 +49,9 @@ type Uninstall struct {
 	uid ktypes.UID
 	// deleted: the watch saw uid deleted or being deleted.
 	deleted bool
+	// decided is closed when Decide returns: the watch may stop.
+	decided     chan struct{}
+	decidedOnce sync.Once
 }
 
 // uninstallWatchGrace is Uninstall.watchGrace: within the agent's stop
@@ -57,7 +60,7 @@ const uninstallWatchGrace = 2 * time.Second
 
 // NewUninstall follows the DaemonSet namespace/name; Run starts the watch.
 func NewUninstall(client metadata.Interface, namespace, name string, resync time.Duration) *Uninstall {
-	u := &Uninstall{client: client, namespace: namespace, name: name, watchGrace: uninstallWatchGrace}
+	u := &Uninstall{client: client, namespace: namespace, name: name, watchGrace: uninstallWatchGrace, decided: make(chan struct{})}
 	inf := metadatainformer.NewFilteredMetadataInformer(client, daemonSetsResource, namespace, resync,
 		cache.Indexers{}, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + name })
 	u.informer = inf.Informer()
@@ -74,8 +77,26 @@ func NewUninstall(client metadata.Interface, namespace, name string, resync time
 	return u
 }
 
-// Run runs the watch until ctx ends.
-func (u *Uninstall) Run(ctx context.Context) { u.informer.Run(ctx.Done()) }
+// Run runs the watch until ctx ends and then until Decide has returned
+// (at most uninstallStopBudget): the SIGTERM that ends the agent's ctx at an
+// uninstall may come before the DaemonSet's DELETED event, which Decide
+// waits for.
+func (u *Uninstall) Run(ctx context.Context) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go u.informer.Run(wctx.Done())
+	<-ctx.Done()
+	t := time.NewTimer(uninstallStopBudget)
+	defer t.Stop()
+	select {
+	case <-u.decided:
+	case <-t.C:
+	}
+}
+
+// uninstallStopBudget bounds how long the watch outlives the agent's
+// context: the stop's own budget (stop, 3 s) and a margin.
+const uninstallStopBudget = 10 * time.Second
 
 // seen records an event of the watch.
 func (u *Uninstall) seen(o any, gone bool) {
@@ -116,6 +137,7 @@ func (u *Uninstall) seen(o any, gone bool) {
 // GET is then refused. When the GET settles nothing, Decide waits up to
 // watchGrace (within ctx) for the watch before it decides.
 func (u *Uninstall) Decide(ctx context.Context) (uninstall bool, reason string) {
+	defer u.decidedOnce.Do(func() { close(u.decided) })
 	ds := u.namespace + "/" + u.name
 	m, err := u.client.Resource(daemonSetsResource).Namespace(u.namespace).Get(ctx, u.name, metav1.GetOptions{})
 	u.mu.Lock()

@@ -133,6 +133,49 @@ func TestUninstallDecideWaitsForTheWatch(t *testing.T) {
 	}
 }
 
+// TestUninstallWatchOutlivesTheStop: the agent's context ends (its
+// SIGTERM) before the DaemonSet's deletion reaches the watch, and the GET
+// is refused: the watch still runs, delivers the DELETED event, and Decide
+// decides an uninstall.
+func TestUninstallWatchOutlivesTheStop(t *testing.T) {
+	scheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ds := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "podwire-system", Name: "podwire-agent", UID: "u1"}}
+	md := metadatafake.NewSimpleMetadataClient(scheme, ds)
+	md.PrependReactor("get", "daemonsets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(daemonSetsResource.GroupResource(), "podwire-agent", errors.New("no Role"))
+	})
+	u := NewUninstall(md, "podwire-system", "podwire-agent", time.Minute)
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		u.Run(ctx)
+		close(ran)
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), u.informer.HasSynced) {
+		t.Fatal("watch not synced")
+	}
+	stop() // the SIGTERM
+	time.AfterFunc(200*time.Millisecond, func() {
+		if err := md.Resource(daemonSetsResource).Namespace("podwire-system").Delete(context.Background(), "podwire-agent", metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if got, reason := u.Decide(dctx); !got {
+		t.Errorf("Decide = false, %q: the deletion after the stop was not seen", reason)
+	}
+	select {
+	case <-ran:
+	case <-time.After(5 * time.Second):
+		t.Error("the watch still runs after Decide")
+	}
+}
+
 func TestParseDaemonSet(t *testing.T) {
 	for _, tc := range []struct {
 		in       string

@@ -478,8 +478,8 @@ func TestRender(t *testing.T) {
 			if len(ef) != 1 || ef[0].ConfigMapRef == nil || ef[0].ConfigMapRef.Name != "kubernetes-services-endpoint" || !*ef[0].ConfigMapRef.Optional {
 				t.Errorf("envFrom %+v, want the optional ConfigMap kubernetes-services-endpoint", ef)
 			}
-			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding"}) {
-				t.Errorf("want the Namespace, the ClaimPool and PodwireNode CRDs, the ServiceAccount, the ClusterRole and its binding, the Roles of cni.uninstall and multus.namespace and their bindings; got %d Namespaces and %v", len(o.namespaces), o.other)
+			if len(o.namespaces) != 1 || !slices.Equal(o.other, []string{"CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role", "RoleBinding", "ClusterRole", "Role"}) {
+				t.Errorf("want the Namespace, the ClaimPool, PodwireNode and PodwireNodeStatus CRDs, the ServiceAccount, the ClusterRole and its binding, the Roles of cni.uninstall and multus.namespace and their bindings, the status reader's ClusterRole and Role (no helm test hook); got %d Namespaces and %v", len(o.namespaces), o.other)
 			}
 			if args := o.container(t).Args; !slices.Contains(args, "--cni-uninstall") || !slices.Contains(args, "--daemonset=podwire-system/podwire-agent") ||
 				!slices.Contains(args, "--host-cni-conf-dir=/etc/cni/net.d") {

@@ -28,6 +28,7 @@ import (
 	"helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/getter"
+	"sigs.k8s.io/yaml"
 )
 
 // releaseName is the release the plain manifests are rendered as. The chart
@@ -43,12 +44,18 @@ const (
 
 func main() {
 	root := flag.String("root", "", "the repository's top directory")
+	rules := flag.String("prometheus-rules", "", "write the PrometheusRule's rule file here instead of the manifests")
+	bare := flag.Bool("bare", false, "with -prometheus-rules: leave the alerts' annotations out")
 	flag.Parse()
 	if *root == "" || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := writeManifests(*root); err != nil {
+	write := func() error { return writeManifests(*root) }
+	if *rules != "" {
+		write = func() error { return writeRules(*root, *rules, *bare) }
+	}
+	if err := write(); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)
 		os.Exit(1)
 	}
@@ -82,7 +89,9 @@ func render(dir string, files []string, set []string) (*chart.Chart, map[string]
 	byName := map[string]string{}
 	for name, text := range out {
 		base := path.Base(name)
-		if strings.HasPrefix(base, "_") {
+		if strings.HasPrefix(base, "_") || strings.Contains(name, "/templates/tests/") {
+			// tests/ are `helm test`'s hooks, which run on that
+			// command only: the plain manifests have no such step.
 			continue
 		}
 		byName[base] = text
@@ -148,4 +157,52 @@ func writeManifests(root string) error {
 		fmt.Println("wrote", filepath.Join(manifestDir, name))
 	}
 	return nil
+}
+
+// ruleValues turn on the chart's PrometheusRule (and the metrics it needs).
+var ruleValues = []string{"metrics.enabled=true", "metrics.prometheusRule.enabled=true"}
+
+// ruleFile renders the chart under root with its defaults and ruleValues,
+// and returns the rule file of its PrometheusRule: the object's spec, in
+// the format of Prometheus' rule_files; bare, without the annotations.
+func ruleFile(root string, bare bool) ([]byte, error) {
+	_, rendered, err := render(filepath.Join(root, chartDir), nil, ruleValues)
+	if err != nil {
+		return nil, err
+	}
+	var obj struct {
+		Kind string `json:"kind"`
+		Spec struct {
+			Groups []struct {
+				Name  string           `json:"name"`
+				Rules []map[string]any `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(rendered[ruleTemplate]), &obj); err != nil {
+		return nil, fmt.Errorf("failed to parse %s: %w", ruleTemplate, err)
+	}
+	if obj.Kind != "PrometheusRule" {
+		return nil, fmt.Errorf("%s renders kind %q, want PrometheusRule", ruleTemplate, obj.Kind)
+	}
+	for _, g := range obj.Spec.Groups {
+		for _, r := range g.Rules {
+			if bare {
+				delete(r, "annotations")
+			}
+		}
+	}
+	return yaml.Marshal(obj.Spec)
+}
+
+// ruleTemplate is the chart's template of the PrometheusRule.
+const ruleTemplate = "32-prometheusrule.yaml"
+
+// writeRules writes ruleFile's rule file to out.
+func writeRules(root, out string, bare bool) error {
+	b, err := ruleFile(root, bare)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, b, 0o644)
 }

@@ -382,7 +382,7 @@ func installAgentRBAC(ctx context.Context) (token string, err error) {
 			return "", fmt.Errorf("kubectl apply %s: %w: %s", f, err, out)
 		}
 	}
-	if out, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/claimpools.podwire.io", "crd/podwirenodes.podwire.io"); err != nil {
+	if out, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/claimpools.podwire.io", "crd/podwirenodes.podwire.io", "crd/podwirenodestatuses.podwire.io"); err != nil {
 		return "", fmt.Errorf("podwire's CRDs: %w: %s", err, out)
 	}
 	if err := c.WaitServiceAccount(ctx, agentNS); err != nil {

@@ -84,3 +84,16 @@ kubernetes.io/metadata.name (the apiserver sets it to the name).
 {{- $keys = concat $keys .Values.admissionPolicies.namespaceLabelKeys -}}
 {{- without ($keys | uniq | sortAlpha) "kubernetes.io/metadata.name" | toJson -}}
 {{- end -}}
+
+{{/*
+"true" when updateStrategy replaces each node's agent by a surge (a
+RollingUpdate whose maxSurge is not 0): the new agent runs beside the old
+one, so the DaemonSet declares no port (a host port under the host network).
+*/}}
+{{- define "podwire.surge" -}}
+{{- $u := .Values.updateStrategy -}}
+{{- if and (eq $u.type "RollingUpdate") $u.rollingUpdate -}}
+{{- $s := toString (get $u.rollingUpdate "maxSurge" | default 0) -}}
+{{- if not (has $s (list "0" "0%")) }}true{{ end -}}
+{{- end -}}
+{{- end -}}
