@@ -168,10 +168,16 @@ func (b *builder) addFile(f File) (string, error) {
 }
 
 // addModule adds the module m links (its replacement when replaced) and
-// returns its bom-ref, its purl.
+// returns its bom-ref, its purl. A module replaced by a directory
+// (`replace github.com/podwire/podwire => ../..`) is this repository's
+// source, listed under its own path at the image's version.
 func (b *builder) addModule(m *debug.Module) string {
-	if m.Replace != nil {
-		m = m.Replace
+	if r := m.Replace; r != nil {
+		if r.Version == "" || r.Version == "(devel)" {
+			m = &debug.Module{Path: m.Path, Version: b.img.Version}
+		} else {
+			m = r
+		}
 	}
 	purl := "pkg:golang/" + m.Path + "@" + m.Version
 	if _, ok := b.modules[purl]; ok {
