@@ -537,6 +537,10 @@ func TestHelmUninstall(t *testing.T) {
 	// keeps podwire: this test needs node 1 without one, so the DNS goes.
 	kubectl(t, "", "-n", "kube-system", "delete", "deployment", "coredns", "--ignore-not-found",
 		"--cascade=foreground", "--wait=true", "--timeout=120s")
+	// So does TestStartupTaint's early Deployment, made at the suite's
+	// set-up, when that test did not run (go test -run) to delete it.
+	kubectl(t, "", "delete", "deployment", "early", "late", "--ignore-not-found",
+		"--cascade=foreground", "--wait=true", "--timeout=90s")
 	// Node 1's earlier pods are all deleted, but the API drops a pod
 	// object before the kubelet's teardown runs its DEL: until then podwire
 	// rightly stays for it. Wait for those DELs.
