@@ -52,8 +52,8 @@ git archive "$commit" | tar -x -C "$work"
 # (`make VERSION=...`, K8S_RUN, ...) do not reach it. GOFLAGS and
 # CGO_ENABLED are its own Makefile's, the same as this one's, so the Go
 # build cache serves both trees' unchanged packages.
-time env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES \
-	make -C "$work" image VERSION="$version" COMMIT="$commit" REGISTRY="$REGISTRY" PLATFORMS="$platform"
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
+time make -C "$work" image VERSION="$version" COMMIT="$commit" REGISTRY="$REGISTRY" PLATFORMS="$platform"
 rm -rf "$out"
 mv "$work" "$out"
 echo "$stamp" >"$out/.stamp"
