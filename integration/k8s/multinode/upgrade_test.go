@@ -3,6 +3,7 @@ package multinode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -73,8 +74,6 @@ const podwireNodesCRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions
 // 250 ms. After each:
 //   - no pod was unchecked at any sample: none of the forged datagrams
 //     sent during the crossing arrived, genuine ones did;
-//   - no sandbox creation or deletion failed (no FailedCreatePodSandBox,
-//     no FailedKillPod naming KillPodSandbox);
 //   - every node's agent (podwire_agent_build_info) and installed plugin
 //     (`podwire version`) are at the release crossed to;
 //   - no record is lost: every pod wired before the crossing (two wired
@@ -88,6 +87,10 @@ const podwireNodesCRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions
 //     PodwireNode CRD, so helm deletes it (and every PodwireNode with it)
 //     when going to the earlier release; going to the current one it is
 //     created again and every node's agent writes its PodwireNode.
+//
+// At the end, once the churned pods are deleted: no sandbox creation or
+// deletion of theirs failed (no FailedCreatePodSandBox, no FailedKillPod
+// naming KillPodSandbox), whichever release ran their ADD and DEL.
 func TestHelmUpgrade(t *testing.T) {
 	needCluster(t)
 	prevImage, prevRef, prevChart := os.Getenv("PODWIRE_PREVIOUS_IMAGE"), os.Getenv("PODWIRE_PREVIOUS_IMAGE_REF"), os.Getenv("PODWIRE_PREVIOUS_CHART")
@@ -276,19 +279,33 @@ func checkWired(t *testing.T, ctx context.Context, sink *packets.Sink, to netip.
 	t.Helper()
 	statuses := map[*cluster.Node]map[string]cliapi.Attachment{}
 	for _, n := range c.Nodes {
-		st, out, err := cnitest.RunStatus(n.Command(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
+		// The rollout ends when the DaemonSet's pods are Ready; the
+		// agent's own view may lag its /readyz by a pass.
+		var st *cliapi.NodeStatus
+		var out []byte
+		err := cnitest.Eventually(20*time.Second, func() error {
+			var err error
+			st, out, err = cnitest.RunStatus(n.Command(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
+			switch {
+			case err != nil:
+				return err
+			case len(st.NotCurrent()) > 0:
+				return fmt.Errorf("tables not current %v", st.NotCurrent())
+			case st.Agent == nil || !st.Agent.Ready:
+				return errors.New("the agent is not ready")
+			case len(st.Agent.Unknown) > 0:
+				return fmt.Errorf("the agent reports unknown interfaces %v", st.Agent.Unknown)
+			}
+			return nil
+		})
 		if err != nil {
-			t.Fatalf("%s after %s: %v", n.Name, crossing, err)
-		}
-		if stale := st.NotCurrent(); len(stale) > 0 {
-			t.Errorf("%s after %s: tables not current %v:\n%s", n.Name, crossing, stale, out)
-		}
-		if st.Agent == nil || !st.Agent.Ready || len(st.Agent.Unknown) > 0 {
-			t.Errorf("%s after %s: the agent is not ready or reports unknown interfaces:\n%s", n.Name, crossing, out)
+			t.Errorf("%s after %s: %v:\n%s\n%s", n.Name, crossing, err, out, agentDiagnostics(ctx))
 		}
 		statuses[n] = map[string]cliapi.Attachment{}
-		for _, a := range st.Attachments {
-			statuses[n][a.Pod] = a
+		if st != nil {
+			for _, a := range st.Attachments {
+				statuses[n][a.Pod] = a
+			}
 		}
 	}
 	forged := netip.MustParseAddr("203.0.113.98")
@@ -319,6 +336,21 @@ func checkWired(t *testing.T, ctx context.Context, sink *packets.Sink, to netip.
 			t.Errorf("%s on %s, wired before %s, is not checked: its datagram forged from %s arrived", p.name, p.node.Name, crossing, forged)
 		}
 	}
+}
+
+// agentDiagnostics is the agents' pods, with their restarts, and their
+// logs, the previous container's too: what a failed check shows.
+func agentDiagnostics(ctx context.Context) string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"-n", agentNS, "get", "pods", "-o", "wide"},
+		{"-n", agentNS, "logs", "-l", "app.kubernetes.io/name=podwire-agent", "--prefix", "--tail=40", "--max-log-requests=10"},
+		{"-n", agentNS, "logs", "-l", "app.kubernetes.io/name=podwire-agent", "--prefix", "--tail=40", "--max-log-requests=10", "--previous"},
+	} {
+		out, err := c.Kubectl(ctx, "", args...)
+		fmt.Fprintf(&b, "kubectl %s: %v\n%s\n", strings.Join(args, " "), err, out)
+	}
+	return b.String()
 }
 
 // checkPodwireNodes checks the PodwireNodes after a crossing: with the
