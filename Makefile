@@ -87,7 +87,7 @@ MKIMAGE := $(CURDIR)/bin/mkimage
 # paths inside the integration module (./x/).
 in-integration = $(patsubst integration/%,./%,$(patsubst ./integration/%,./%,$(1)))
 
-.PHONY: deps build mkimage image image-upgrade push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-vm-k8s test-e2e test-k8s test-conformance bench-k8s bench-scale demo bench lint manifests fuzz clean
+.PHONY: deps build mkimage image image-previous push tools runtime-bins k8s-bins test test-unit test-integration test-vm test-vm-k8s test-e2e test-k8s test-conformance bench-k8s bench-scale demo bench lint manifests fuzz clean
 
 # The Debian packages of scripts/deps.list that the demo and the suites call,
 # installed (as root) only when one is missing: the check is one dpkg-query.
@@ -109,13 +109,17 @@ mkimage:
 image: build mkimage
 	MKIMAGE=$(MKIMAGE) IMAGE=$(IMAGE) VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' PLATFORMS='$(PLATFORMS)' scripts/image.sh
 
-# A second build whose version differs (VERSION-upgrade, the node's
-# platform only), for the multi-node suite's rolling upgrade.
-UPGRADE_VERSION = $(VERSION)-upgrade
-image-upgrade: mkimage
-	MKIMAGE=$(MKIMAGE) IMAGE=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) VERSION=$(UPGRADE_VERSION) COMMIT=$(COMMIT) \
-		LDFLAGS='-s -w -X $(BUILDINFO).Version=$(UPGRADE_VERSION) -X $(BUILDINFO).Commit=$(COMMIT)' \
-		PLATFORMS=linux/$(shell $(GO) env GOARCH) OUT=bin/podwire-image-upgrade.tar BUILD_DIR=bin/upgrade scripts/image.sh
+# The earlier release the multi-node suite's upgrade test crosses to and
+# from (TestHelmUpgrade): a commit of main, the last before the agents
+# stopped watching Nodes for PodwireNodes, built from its own tree by its
+# own Makefile (scripts/previous-build.sh: git archive into
+# .cache/podwire-<hash>, then its `make image` at the version it had, the
+# node's platform only; once per commit), with its own chart.
+PREVIOUS_COMMIT := b214c9e82011c0fcee75bdb821e3cdcef7870e3d
+PREVIOUS_DIR = $(CURDIR)/.cache/podwire-$(shell printf %.7s $(PREVIOUS_COMMIT))
+PREVIOUS_VERSION = $(eval PREVIOUS_VERSION := $$(shell scripts/version.sh $(PREVIOUS_COMMIT)))$(PREVIOUS_VERSION)
+image-previous:
+	scripts/previous-build.sh $(PREVIOUS_COMMIT) $(REGISTRY) $(CURDIR)/.cache
 
 # `make push` then pins what it pushed: the chart's image.repository, tag
 # and digest (mkimage pin, only those values' text), and deploy/ re-rendered.
@@ -194,7 +198,11 @@ k8s-bins: runtime-bins
 
 # The environment of the Kubernetes suites: the builds of k8s-bins (and
 # runtime-bins) and the agent's images.
-K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE_UPGRADE=$(CURDIR)/bin/podwire-image-upgrade.tar PODWIRE_IMAGE_UPGRADE_REF=$(REGISTRY)/podwire-agent:$(UPGRADE_VERSION) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+
+# The earlier release of image-previous, for TestHelmUpgrade alone.
+PREVIOUS_ENV = PODWIRE_PREVIOUS_IMAGE=$(PREVIOUS_DIR)/bin/podwire-image.tar PODWIRE_PREVIOUS_IMAGE_REF=$(REGISTRY)/podwire-agent:$(PREVIOUS_VERSION) \
+	PODWIRE_PREVIOUS_CHART=$(PREVIOUS_DIR)/deploy/helm/podwire
 
 # promtool, for the multi-node suite's evaluation of the chart's alerts.
 K8S_TEST_ENV += PODWIRE_PROMTOOL=$(PROMTOOL)
@@ -206,13 +214,13 @@ K8S_TEST_ENV += PODWIRE_PROMTOOL=$(PROMTOOL)
 # the suites, named from the root (go test runs them in integration/).
 K8S_RUN ?= .
 K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/
-test-k8s: deps image image-upgrade tools k8s-bins promtool
-	$(K8S_TEST_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
+test-k8s: deps image image-previous tools k8s-bins promtool
+	$(K8S_TEST_ENV) $(PREVIOUS_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
 # beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go),
 # after the cluster package's checks of the images the suites build.
-test-conformance: deps image image-upgrade tools k8s-bins
+test-conformance: deps image tools k8s-bins
 	$(K8S_TEST_ENV) $(GO) -C integration test -count=1 ./k8s/cluster/
 	$(K8S_TEST_ENV) PODWIRE_CONFORMANCE_FULL=1 $(GO) -C integration test -count=1 -p 1 -v -timeout 40m -run '^TestConformance$$' ./k8s/multinode/
 
@@ -224,7 +232,7 @@ test-conformance: deps image image-upgrade tools k8s-bins
 # not part of make test. PODSTARTUP_BURSTS
 # bursts of each side (even).
 PODSTARTUP_BURSTS ?= 4
-bench-k8s: deps image image-upgrade tools k8s-bins
+bench-k8s: deps image tools k8s-bins
 	mkdir -p .cache/bench-bin
 	$(K8S_TEST_ENV) PODWIRE_K8S_PODSTARTUP=1 PODWIRE_K8S_PODSTARTUP_OUT=$(CURDIR)/.cache/bench-bin/pod-startup.txt \
 		PODWIRE_K8S_PODSTARTUP_BURSTS=$(PODSTARTUP_BURSTS) \

@@ -11,7 +11,7 @@
 # Run by `make image`, which sets MKIMAGE, IMAGE (the reference recorded in the
 # archive: REGISTRY/podwire-agent:VERSION), VERSION, COMMIT and LDFLAGS;
 # OUT (default bin/podwire-image.tar) and BUILD_DIR (default bin) place
-# another build beside it (`make image-upgrade`).
+# another build beside it.
 # Import the archive on a node with
 #   ctr -n k8s.io images import bin/podwire-image.tar
 # (it unpacks the node's platform), or push it with `make push`.

@@ -6,6 +6,11 @@
 # number of commits and the abbreviated hash: v0.1.0-12-g15c26ea[-dirty].
 # Outside a git checkout: BASE-dev.
 #
+# Usage: scripts/version.sh [REV]: REV (a commit) names another commit's
+# version, as that commit's own build would have printed it from a clean
+# tree (no -dirty): the upgrade test's earlier release
+# (scripts/previous-build.sh).
+#
 # Read-only on the repository: GIT_OPTIONAL_LOCKS=0 keeps `git status` from
 # refreshing the index, so a build never holds index.lock while someone
 # commits in the same tree (`git describe --dirty` may take it).
@@ -13,16 +18,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE=v0.1.0
 export GIT_OPTIONAL_LOCKS=0
-if ! sha=$(git rev-parse --short=7 HEAD 2>/dev/null); then
+REV=${1:-HEAD}
+if ! sha=$(git rev-parse --short=7 "$REV^{commit}" 2>/dev/null); then
+	if [ "$REV" != HEAD ]; then
+		echo "version.sh: no commit $REV in this repository" >&2
+		exit 1
+	fi
 	echo "$BASE-dev"
 	exit 0
 fi
-if [ -n "$(git tag -l 'v[0-9]*')" ] && v=$(git describe --tags --match 'v[0-9]*' 2>/dev/null); then
+if [ -n "$(git tag -l 'v[0-9]*')" ] && v=$(git describe --tags --match 'v[0-9]*' "$REV" 2>/dev/null); then
 	:
 else
-	v="$BASE-$(git rev-list --count HEAD)-g$sha"
+	v="$BASE-$(git rev-list --count "$REV")-g$sha"
 fi
-if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+if [ "$REV" = HEAD ] && [ -n "$(git status --porcelain --untracked-files=no)" ]; then
 	v="$v-dirty"
 fi
 echo "$v"

@@ -5,8 +5,8 @@
 // Services, and every image but the pause image pulled from a registry on
 // the network outside the nodes, podwire's included (pushed with `make
 // push`'s command, installed with `helm install` of deploy/helm/podwire
-// pinned by digest, upgraded with `helm upgrade` and removed with `helm
-// uninstall`).
+// pinned by digest, taken to an earlier release and back with `helm
+// upgrade` and `helm rollback`, and removed with `helm uninstall`).
 // Every claim is proven with packets between pods on different nodes, the
 // nodes and the outside network. One cluster serves every test of the
 // package: it is started in TestMain and stopped, with every process, mount
@@ -15,12 +15,12 @@
 // Needs root and what `make test-k8s` provides: PODWIRE_K8S_BIN (the
 // Kubernetes binaries of scripts/k8s-build.sh, kube-proxy included),
 // PODWIRE_ETCD, PODWIRE_FLANNEL (scripts/flannel-build.sh's directory),
-// PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF,
-// PODWIRE_IMAGE_UPGRADE and its _REF (`make image-upgrade`), PODWIRE_HELM
+// PODWIRE_BIN, PODWIRE_IMAGE (`make image`), PODWIRE_IMAGE_REF, PODWIRE_HELM
 // (scripts/helm-build.sh), PODWIRE_COREDNS (scripts/coredns-build.sh's
 // directory, for TestClusterDNS and TestConformance), PODWIRE_MULTUS
 // (scripts/multus-build.sh's directory, for TestMultus) and
-// PODWIRE_CNI_BIN.
+// PODWIRE_CNI_BIN; TestHelmUpgrade also PODWIRE_PREVIOUS_IMAGE, its _REF
+// and PODWIRE_PREVIOUS_CHART (`make image-previous`: the earlier release).
 package multinode
 
 import (
@@ -44,10 +44,7 @@ var (
 	podwireBin   string
 	podwireImage string // bin/podwire-image.tar of `make image`
 	podwireRef   string // the image's name in it, REGISTRY/podwire-agent:VERSION
-	// upgradeImage and upgradeRef are `make image-upgrade`'s: the same
-	// code under a second version, for helm upgrade.
-	upgradeImage, upgradeRef string
-	helmBin                  string // scripts/helm-build.sh's helm
+	helmBin      string // scripts/helm-build.sh's helm
 	// podwirePinned is the image pushed to the run's registry, by digest.
 	podwirePinned string
 )
@@ -75,7 +72,7 @@ func egressIPs(i int) (netip.Addr, netip.Addr) {
 // add-on), dual stack; setUp installs the rest.
 var suite = cluster.Suite{
 	Env: []string{"PODWIRE_K8S_BIN", "PODWIRE_ETCD", "PODWIRE_FLANNEL", "PODWIRE_BIN", "PODWIRE_IMAGE", "PODWIRE_IMAGE_REF",
-		"PODWIRE_CNI_BIN", "PODWIRE_HELM", "PODWIRE_IMAGE_UPGRADE", "PODWIRE_IMAGE_UPGRADE_REF"},
+		"PODWIRE_CNI_BIN", "PODWIRE_HELM"},
 	Timeout: 6 * time.Minute,
 	Options: func(env map[string]string) cluster.Options {
 		return cluster.Options{K8sBinDir: env["PODWIRE_K8S_BIN"], EtcdBin: env["PODWIRE_ETCD"], CNIBinDir: env["PODWIRE_CNI_BIN"],
@@ -99,7 +96,7 @@ var needCluster = suite.Need
 func setUp(ctx context.Context, cl *cluster.Cluster, env map[string]string) (stop func(), err error) {
 	c = cl
 	podwireBin, podwireImage, podwireRef = env["PODWIRE_BIN"], env["PODWIRE_IMAGE"], env["PODWIRE_IMAGE_REF"]
-	upgradeImage, upgradeRef, helmBin = env["PODWIRE_IMAGE_UPGRADE"], env["PODWIRE_IMAGE_UPGRADE_REF"], env["PODWIRE_HELM"]
+	helmBin = env["PODWIRE_HELM"]
 	if err := c.StartRegistry(); err != nil {
 		return nil, err
 	}
@@ -189,11 +186,18 @@ func podwireValues(pinned string) (map[string]any, error) {
 // with podwire's values for the image pinned, and waits for the
 // DaemonSet's rollout.
 func helm(ctx context.Context, verb, pinned string) error {
+	return helmChart(ctx, verb, chartDir, pinned)
+}
+
+// helmChart is helm with the chart in directory chart: the earlier
+// release's, for TestHelmUpgrade. The values are the same for both: an
+// earlier chart's values.schema.json refuses a key it does not know.
+func helmChart(ctx context.Context, verb, chart, pinned string) error {
 	values, err := podwireValues(pinned)
 	if err != nil {
 		return err
 	}
-	took, err := c.HelmApply(ctx, cluster.HelmRelease{Helm: helmBin, Chart: chartDir, Name: release, Namespace: releaseNS,
+	took, err := c.HelmApply(ctx, cluster.HelmRelease{Helm: helmBin, Chart: chart, Name: release, Namespace: releaseNS,
 		DaemonSet: agentNS + "/podwire-agent"}, verb, values, 180*time.Second)
 	if err != nil {
 		return err
