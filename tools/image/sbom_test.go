@@ -36,7 +36,7 @@ func buildProduct(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, pkg := range []string{"./cmd/podwire-agent", "./plugins/podwire"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
 		cmd.Dir = rootDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 		if out, err := cmd.CombinedOutput(); err != nil {
