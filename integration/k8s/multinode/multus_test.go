@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,7 +45,14 @@ const multusImageTag = "k8snetworkplumbingwg/multus-cni:v4.2.2-thick"
 //     capability);
 //   - a forwarding pod (podwire.io/forwarding, in the namespace the gates
 //     grant) with the same attachment sends a forged source that arrives:
-//     its annotation reached podwire through the agent.
+//     its annotation reached podwire through the agent;
+//   - podwire is chained after the macvlan too (the NetworkAttachment-
+//     Definition is a conflist of macvlan and the cluster's podwire entry):
+//     a macvlan has no host interface, so each pod's net1 is recorded
+//     unchecked, and the chart's PodwireUncheckedPods alert, evaluated by
+//     promtool on the agents' own scrapes (as TestAlertsOnScrapes does),
+//     fires for both nodes and for nothing else, after a control on the
+//     scrapes from before the pods where it does not.
 //
 // The agent's reading of Multus's clusterNetwork in its other forms (a
 // conflist's name, a directory, a NetworkAttachmentDefinition) is proven
@@ -82,12 +90,23 @@ func TestMultus(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	nad := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"type":"macvlan","master":"eth0","mode":"bridge",`+
-		`"capabilities":{"ips":true},"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]]}}`, macvlanNet, macvlanPrefix)
+	entry := kubectl(t, "", "-n", agentNS, "get", "configmap", "podwire-config", "-o", "jsonpath={.data.entry}")
+	nad := fmt.Sprintf(`{"cniVersion":"0.3.1","name":%q,"plugins":[{"type":"macvlan","master":"eth0","mode":"bridge",`+
+		`"capabilities":{"ips":true},"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]]}},%s]}`, macvlanNet, macvlanPrefix, entry)
 	kubectl(t, fmt.Sprintf("apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: %s, namespace: default}\nspec:\n  config: '%s'\n",
 		macvlanNet, nad), "apply", "-f", "-")
 	kubectl(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+forwardingNS+"}\n", "apply", "-f", "-")
 	t.Cleanup(func() { kubectl(t, "", "delete", "namespace", forwardingNS, "--wait=true", "--timeout=90s") })
+
+	promtool := os.Getenv("PODWIRE_PROMTOOL")
+	var rec *recording
+	control := -1
+	if promtool != "" {
+		rec = startRecording(c.Nodes)
+		defer rec.stop()
+		rec.waitSlots(t, int(2*alertFor/alertStep)+1)
+		control = rec.slots() - 1
+	}
 
 	a := multusPod(t, ctx, "default", "multus-a", c.Nodes[0], 11, nil)
 	b := multusPod(t, ctx, "default", "multus-b", c.Nodes[1], 12, nil)
@@ -112,6 +131,36 @@ func TestMultus(t *testing.T) {
 		sink, to := listen(t, b, 7421)
 		checkedPod(t, sink, to, a, netip.MustParseAddr("10.244.1.250"), "a pod of Multus with a NetworkAttachmentDefinition")
 		forge(t, sink, to, fwd, netip.MustParseAddr("10.244.0.251"), true, "a forwarding pod of Multus (its annotation from the agent)")
+	})
+	t.Run("uncheckedAlert", func(t *testing.T) {
+		if rec == nil {
+			t.Skip("PODWIRE_PROMTOOL unset: make test-k8s builds promtool (scripts/promtool-build.sh)")
+		}
+		for _, n := range c.Nodes {
+			waitMetric(t, n, 30*time.Second, "an unchecked attachment (net1)", func(s scrape) bool { return s.sum("podwire_pods_unchecked", nil) >= 1 })
+		}
+		rec.waitSlots(t, rec.slots()+int(2*alertFor/alertStep)+1)
+		rec.stop()
+		last := rec.slots() - 1
+		want := map[string][]map[string]string{"PodwireUncheckedPods": nil}
+		for _, n := range c.Nodes {
+			want["PodwireUncheckedPods"] = append(want["PodwireUncheckedPods"],
+				map[string]string{"instance": metricsTarget(n), "job": alertJob, "node": n.Name, "severity": "warning"})
+		}
+		dir := t.TempDir()
+		renderAlertRules(t, filepath.Join(dir, "rules.yaml"))
+		b, err := rec.promtoolTest(control, last, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testFile := filepath.Join(dir, "scrapes_test.yaml")
+		if err := os.WriteFile(testFile, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.CommandContext(ctx, promtool, "test", "rules", testFile).CombinedOutput(); err != nil {
+			t.Fatalf("promtool test rules on the agents' scrapes: %v\n%s\n--- the test ---\n%s", err, out, b)
+		}
+		t.Logf("PodwireUncheckedPods fired for both nodes on %d scrapes each, not before the pods (scrape %d)", last+1, control+1)
 	})
 }
 
