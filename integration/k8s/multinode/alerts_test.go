@@ -66,9 +66,9 @@ const (
 //     alerts of those conditions fire, on the node and with the labels
 //     (pod, reason, reconciler) of each.
 //
-// PodwireUncheckedPods is not caused: the suite's primary (flannel) gives
-// every pod a host veth podwire checks; `make lint`'s promtool test covers
-// it, and here it is part of the control (it does not fire).
+// PodwireUncheckedPods is not caused here: the suite's primary (flannel)
+// gives every pod a host veth podwire checks. TestMultus causes it (podwire
+// chained after a macvlan); here it is part of the control.
 func TestAlertsOnScrapes(t *testing.T) {
 	needCluster(t)
 	promtool := os.Getenv("PODWIRE_PROMTOOL")
