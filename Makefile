@@ -50,6 +50,11 @@ CRIO_DIR := $(CURDIR)/.cache/crio-$(CRIO_VERSION)
 # (scripts/multus-build.sh).
 MULTUS_VERSION := v4.2.2
 MULTUS_DIR := $(CURDIR)/.cache/multus-$(MULTUS_VERSION)
+# Calico, the primary of the Calico suite (integration/k8s/calico):
+# calico-node and its CNI plugin and install-cni, built from the module
+# versions of scripts/calico/go.mod (scripts/calico-build.sh says why).
+CALICO_VERSION := v3.30.1
+CALICO_DIR := $(CURDIR)/.cache/calico-$(CALICO_VERSION)
 # The helm CLI the multi-node suite installs, upgrades and uninstalls the
 # chart with: the release tools/chart renders with (its go.mod).
 HELM_VERSION := v3.22.0
@@ -196,10 +201,11 @@ k8s-bins: runtime-bins
 	scripts/helm-build.sh $(HELM_VERSION) $(CURDIR)/.cache
 	scripts/coredns-build.sh $(COREDNS_VERSION) $(CURDIR)/.cache
 	scripts/multus-build.sh $(MULTUS_VERSION) $(K8S_VERSION) $(CURDIR)/.cache
+	scripts/calico-build.sh $(CALICO_VERSION) $(CURDIR)/.cache
 
 # The environment of the Kubernetes suites: the builds of k8s-bins (and
 # runtime-bins) and the agent's images.
-K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
+K8S_TEST_ENV = $(RUNTIME_ENV) PODWIRE_CRIO_DIR=$(CRIO_DIR) PODWIRE_K8S_BIN=$(K8S_BIN_DIR) PODWIRE_E2E=$(K8S_BIN_DIR)/e2e.test PODWIRE_ETCD=$(ETCD_BIN) PODWIRE_FLANNEL=$(FLANNEL_DIR) PODWIRE_COREDNS=$(COREDNS_DIR) PODWIRE_MULTUS=$(MULTUS_DIR) PODWIRE_CALICO=$(CALICO_DIR) PODWIRE_HELM=$(HELM_BIN) PODWIRE_IMAGE=$(CURDIR)/bin/podwire-image.tar PODWIRE_IMAGE_REF=$(IMAGE)
 
 # The earlier release of image-previous, for TestHelmUpgrade alone.
 PREVIOUS_ENV = PODWIRE_PREVIOUS_IMAGE=$(PREVIOUS_DIR)/bin/podwire-image.tar PODWIRE_PREVIOUS_IMAGE_REF=$(REGISTRY)/podwire-agent:$(PREVIOUS_VERSION) \
