@@ -118,6 +118,100 @@ func FlannelImage(dir string) (v1.Image, error) {
 	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/opt/bin/flanneld"}, Env: []string{"PATH=" + imagePath}})
 }
 
+// CalicoNodeBin is where CalicoNodeImage puts calico-node: calico/node's
+// path, which its manifest's probes and preStop hook name.
+const CalicoNodeBin = "/bin/calico-node"
+
+// calicoStart is what calico/node's image runs (start_runit, its
+// rc.local and its runit services) for the Kubernetes datastore and VXLAN
+// (no BGP: no confd or bird), without runit: the start-up and the tunnel
+// address's first allocation once, then each long-running process of the
+// image's services, restarted when it exits, as runit restarts it (Felix
+// exits on every configuration change and relies on that).
+const calicoStart = `#!/bin/sh
+set -e
+calico-node -startup
+calico-node -allocate-tunnel-addrs -allocate-tunnel-addrs-run-once
+NODENAME=$(cat /var/lib/calico/nodename)
+export NODENAME FELIX_FELIXHOSTNAME="$NODENAME" FELIX_DATASTORETYPE="$DATASTORE_TYPE"
+service() {
+	while :; do
+		calico-node "$@" || echo "calico-start: calico-node $* exited $?, restarting" >&2
+		sleep 1
+	done
+}
+service -felix &
+service -allocate-tunnel-addrs &
+service -monitor-addresses &
+service -monitor-token &
+service -status-reporter &
+wait
+`
+
+// calicoFelixConfig is calico/node's /etc/calico/felix.cfg (its
+// node/filesystem/etc/calico/felix.cfg): Felix logs to stderr only.
+const calicoFelixConfig = `[global]
+MetadataAddr = None
+LogFilePath = None
+LogSeverityFile = None
+LogSeveritySys = None
+`
+
+// CalicoNodeImage holds calico-node (from dir, scripts/calico-build.sh's
+// output) at CalicoNodeBin, its start (calicoStart, the entrypoint, at
+// /sbin/calico-start) and Felix's configuration file as calico/node's image
+// has them, nft (Felix's nftables mode runs it through knftables),
+// iptables (Felix reads its version to choose masquerade's fully-random)
+// and busybox's sh, cat and sleep for the start.
+func CalicoNodeImage(dir string) (v1.Image, error) {
+	files, err := hostTool("nft")
+	if err != nil {
+		return nil, err
+	}
+	ipt, err := iptablesFiles()
+	if err != nil {
+		return nil, err
+	}
+	bb, err := busyboxFiles("sh", "cat", "sleep")
+	if err != nil {
+		return nil, err
+	}
+	f, err := binFile(filepath.Join(dir, "calico-node"), CalicoNodeBin)
+	if err != nil {
+		return nil, err
+	}
+	files = append(append(append(files, ipt...), bb...), f,
+		ImageFile{Path: "/sbin/calico-start", Mode: 0o755, Data: []byte(calicoStart)},
+		ImageFile{Path: "/etc/calico/felix.cfg", Mode: 0o644, Data: []byte(calicoFelixConfig)})
+	// FELIX_DebugSkipCTLBCleanup: outside BPF mode Felix first removes
+	// what BPF mode's connect-time load balancer may have left, through
+	// libbpf (felix/dataplane/linux/int_dataplane.go), and a build without
+	// cgo has only libbpf's stub, which panics. This variable is Felix's
+	// own switch for skipping that clean-up (felix/bpf/nat/connecttime.go);
+	// no BPF mode ever ran on these nodes.
+	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/sbin/calico-start"},
+		Env: []string{"PATH=" + imagePath, "FELIX_DebugSkipCTLBCleanup=true"}})
+}
+
+// CalicoCNIImage holds install (calico/cni's install-cni), the calico
+// plugin and calico-ipam (a link to it: it dispatches on its name) in
+// /opt/cni/bin, as calico/cni's image has them (from dir,
+// scripts/calico-build.sh's output). install copies every other file of
+// that directory into the node's: calico/cni's image also ships flannel,
+// host-local, loopback, portmap and tuning, which would replace the node's
+// own, so this one holds Calico's two alone.
+func CalicoCNIImage(dir string) (v1.Image, error) {
+	files := []ImageFile{ociimage.Symlink("/opt/cni/bin/calico-ipam", "calico")}
+	for _, b := range []string{"install", "calico"} {
+		f, err := binFile(filepath.Join(dir, b), "/opt/cni/bin/"+b)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return ociimage.Image(files, ociimage.Config{Entrypoint: []string{"/opt/cni/bin/install"}, Env: []string{"PATH=" + imagePath}})
+}
+
 // KubeProxyBin is where KubeProxyImage puts kube-proxy (kubeadm's image's
 // path).
 const KubeProxyBin = "/usr/local/bin/kube-proxy"

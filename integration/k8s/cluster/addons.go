@@ -14,7 +14,7 @@ import (
 // The add-ons' manifests, as their projects ship them, with the run's
 // values in double braces (each file's header lists its changes).
 //
-//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml addons/coredns.yaml addons/multus-daemonset-thick.yml
+//go:embed addons/kube-flannel.yml addons/kube-proxy.yaml addons/coredns.yaml addons/multus-daemonset-thick.yml addons/calico.yaml
 var addons embed.FS
 
 // renderAddon reads addons/name and replaces each {{KEY}} with vals[KEY];
@@ -85,6 +85,80 @@ func (c *Cluster) InstallFlannel(ctx context.Context, image string) error {
 		m = strings.Replace(m, `"EnableIPv6": true`, `"EnableIPv6": false`, 1)
 	}
 	if err := c.applyAndRollOut(ctx, m, "kube-flannel", "ds/kube-flannel-ds"); err != nil {
+		return err
+	}
+	return c.WaitNodesReady(ctx)
+}
+
+// Calico is a Calico installation (InstallCalico).
+type Calico struct {
+	// NodeImage and CNIImage are calico/node's and calico/cni's images
+	// (CalicoNodeImage, CalicoCNIImage, pushed to the run's registry).
+	NodeImage, CNIImage string
+	// Felix is the spec of FelixConfiguration "default", which
+	// InstallCalico creates before calico-node starts, as an operator
+	// does (calico-node's start-up then only fills in what is missing);
+	// nil leaves it to the start-up.
+	Felix map[string]any
+	// NftablesRefresh is Felix's resync of its own tables
+	// (FELIX_NFTABLESREFRESHINTERVAL, whole seconds); 0 is 5 s.
+	NftablesRefresh time.Duration
+}
+
+// InstallCalico applies Calico's own manifest (addons/calico.yaml:
+// Kubernetes API datastore, VXLAN, Felix in nftables mode, the run's
+// cluster CIDRs as its IP pools, dual-stack when the cluster is) with cal's
+// images: everything but the calico-node DaemonSet, then, once Calico's
+// CRDs are established, cal.Felix, then the DaemonSet; it waits until
+// calico-node runs on every node and every node is Ready (install-cni
+// wrote 10-calico.conflist, so the runtime's network is ready).
+func (c *Cluster) InstallCalico(ctx context.Context, cal Calico) error {
+	if c.opts.Primary != PrimaryNone || !c.opts.Calico {
+		return fmt.Errorf("Calico needs Primary %q and Options.Calico (a /var/lib/calico per node)", PrimaryNone)
+	}
+	refresh := fmt.Sprint(int(cal.NftablesRefresh.Seconds()))
+	if cal.NftablesRefresh == 0 {
+		refresh = "5"
+	}
+	vals := map[string]string{
+		"CALICO_NODE_IMAGE": cal.NodeImage, "CALICO_CNI_IMAGE": cal.CNIImage, "NFTABLES_REFRESH": refresh,
+		"CLUSTER_CIDR": ClusterCIDR.String(), "CLUSTER_CIDR6": ClusterCIDR6.String(),
+		"ASSIGN_IPV6": "false", "FELIX_IPV6SUPPORT": "false", "IP6": "none",
+	}
+	if c.opts.DualStack {
+		vals["ASSIGN_IPV6"], vals["FELIX_IPV6SUPPORT"], vals["IP6"] = "true", "true", "autodetect"
+	}
+	m, err := renderAddon("calico.yaml", vals)
+	if err != nil {
+		return err
+	}
+	const dsHead = "# Source: calico/templates/calico-node.yaml\n# This manifest installs the calico-node container"
+	i := strings.Index(m, dsHead)
+	if i < 0 {
+		return fmt.Errorf("addons/calico.yaml: no calico-node DaemonSet")
+	}
+	start := time.Now()
+	// Server-side: the largest CRDs exceed the annotation client-side
+	// apply keeps (Calico's install docs say the same).
+	if out, err := c.Kubectl(ctx, m[:i], "apply", "--server-side", "-f", "-"); err != nil {
+		return fmt.Errorf("kubectl apply of Calico's CRDs and RBAC: %v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "", "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/felixconfigurations.crd.projectcalico.org"); err != nil {
+		return fmt.Errorf("Calico's CRDs: %v\n%s", err, out)
+	}
+	if cal.Felix != nil {
+		fc, err := json.Marshal(map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "FelixConfiguration",
+			"metadata": map[string]any{"name": "default"}, "spec": cal.Felix})
+		if err != nil {
+			return err
+		}
+		if out, err := c.Kubectl(ctx, string(fc), "apply", "-f", "-"); err != nil {
+			return fmt.Errorf("FelixConfiguration default: %v\n%s", err, out)
+		}
+	}
+	c.logf("%-28s %6.1fs", "Calico's CRDs established", time.Since(start).Seconds())
+	if err := c.applyAndRollOut(ctx, m[i:], "kube-system", "ds/calico-node"); err != nil {
 		return err
 	}
 	return c.WaitNodesReady(ctx)

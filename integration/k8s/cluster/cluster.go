@@ -86,6 +86,9 @@ type Options struct {
 	// still write). At 1.1.0 containerd 2.x calls the chain's STATUS
 	// (its CRI Status, NetworkReady).
 	PTPCNIVersion string
+	// Calico gives every node a /var/lib/calico of its own, for Calico
+	// installed as an add-on (InstallCalico, with PrimaryNone).
+	Calico bool
 	// DualStack adds IPv6: uplink addresses, Services (ServiceCIDR6) and,
 	// with PrimaryNone, node pod ranges (ClusterCIDR6).
 	DualStack bool
@@ -437,6 +440,9 @@ func (c *Cluster) stop() error {
 // IPv6Only reports whether the cluster is single-stack IPv6
 // (Options.IPv6Only).
 func (c *Cluster) IPv6Only() bool { return c.opts.IPv6Only }
+
+// DualStack reports whether the cluster is dual-stack (Options.DualStack).
+func (c *Cluster) DualStack() bool { return c.opts.DualStack }
 
 // Runtime is the nodes' container runtime.
 func (c *Cluster) Runtime() Runtime { return c.opts.Runtime }

@@ -284,9 +284,14 @@ func (c *Cluster) startControllers() error {
 			clusterCIDRs += "," + ClusterCIDR6.String()
 			serviceCIDRs += "," + ServiceCIDR6.String()
 		}
-		args = append(args, "--allocate-node-cidrs", "--cluster-cidr="+clusterCIDRs,
-			"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
-			"--service-cluster-ip-range="+serviceCIDRs, "--configure-cloud-routes=false")
+		// The per-family mask sizes are refused on a single-stack
+		// cluster, which takes --node-cidr-mask-size.
+		masks := []string{"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64"}
+		if !c.opts.DualStack {
+			masks = []string{"--node-cidr-mask-size=24"}
+		}
+		args = append(append(args, "--allocate-node-cidrs", "--cluster-cidr="+clusterCIDRs,
+			"--service-cluster-ip-range="+serviceCIDRs, "--configure-cloud-routes=false"), masks...)
 	}
 	if _, err := c.run(c.cp, "kube-controller-manager", c.k8sBin("kube-controller-manager"), args...); err != nil {
 		return err

@@ -84,6 +84,7 @@ var nodeDirs = []string{"cni-bin", "net.d", "run", "sys", "nohugepages", "varlog
 var nodeBinds = map[string]string{
 	"/run": "run", "/var/log": "varlog", "/var/lib/kubelet": "kubelet", "/var/lib/cni": "varlibcni",
 	"/opt/cni/bin": "cni-bin", "/etc/cni/net.d": "net.d", "/var/lib/containers": "varlibcontainers",
+	"/var/lib/calico": "varlibcalico",
 }
 
 func (c *Cluster) newNode(i int) (*Node, error) {
@@ -109,6 +110,9 @@ func (c *Cluster) newNode(i int) (*Node, error) {
 	dirs := nodeDirs
 	if c.opts.Runtime.IsCRIO() {
 		dirs = append(slices.Clip(dirs), nodeBinds[crioMountpoint])
+	}
+	if c.opts.Calico {
+		dirs = append(slices.Clip(dirs), nodeBinds[calicoMountpoint])
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
@@ -368,13 +372,23 @@ var hostMountpoints = []string{"/var/lib/kubelet", "/var/lib/cni", "/opt/cni/bin
 // of its own there (the holder binds it when the node has one).
 const crioMountpoint = "/var/lib/containers"
 
+// calicoMountpoint is Calico's state on a node (its node name, the MTU
+// Felix found), a hostPath of calico-node's that its CNI plugin reads on
+// the node: a node of a cluster with Options.Calico binds a directory of
+// its own there (the holder binds it when the node has one).
+const calicoMountpoint = "/var/lib/calico"
+
 // mountpoints are hostMountpoints, with crioMountpoint when the nodes run
-// CRI-O.
+// CRI-O and calicoMountpoint with Options.Calico.
 func (c *Cluster) mountpoints() []string {
+	mps := hostMountpoints
 	if c.opts.Runtime.IsCRIO() {
-		return append(slices.Clip(hostMountpoints), crioMountpoint)
+		mps = append(slices.Clip(mps), crioMountpoint)
 	}
-	return hostMountpoints
+	if c.opts.Calico {
+		mps = append(slices.Clip(mps), calicoMountpoint)
+	}
+	return mps
 }
 
 // hostDirMark is the extended attribute that marks a directory
@@ -556,6 +570,7 @@ mount --bind "$d/varlog" /var/log
 mount --bind "$d/kubelet" /var/lib/kubelet
 mount --bind "$d/varlibcni" /var/lib/cni
 if [ -d "$d/varlibcontainers" ]; then mount --bind "$d/varlibcontainers" /var/lib/containers; fi
+if [ -d "$d/varlibcalico" ]; then mount --bind "$d/varlibcalico" /var/lib/calico; fi
 mount --bind "$d/cni-bin" /opt/cni/bin
 mount --bind "$d/net.d" /etc/cni/net.d
 mount --make-rshared /

@@ -31,8 +31,19 @@ type Suite struct {
 	// CRIOLeg runs the tests again on CRI-O, IPv6Leg on a single-stack
 	// IPv6 cluster (Main).
 	CRIOLeg, IPv6Leg bool
+	// Legs run the tests again, each on a cluster of its own whose
+	// Options are the suite's changed by the leg's (Main), after the
+	// legs above.
+	Legs []Leg
 
 	skip string
+}
+
+// Leg is one more run of a suite's tests (Suite.Legs): Name says what it
+// changes, Options changes the suite's options for it.
+type Leg struct {
+	Name    string
+	Options func(*Options)
 }
 
 // Main is the suite's TestMain; it returns the exit code. Without its
@@ -41,40 +52,48 @@ type Suite struct {
 // of "ok" with nothing run. Otherwise it starts the cluster, runs Setup
 // and the tests, then stops the cluster with every process, mount and
 // namespace of the run. A failed start or Setup prints FAIL and returns 1.
-// With CRIOLeg (and PODWIRE_CRIO_DIR set) and IPv6Leg it then does it all
-// again on a cluster of each such leg: the tests run once per leg, and
-// Cluster.Runtime and Cluster.IPv6Only say which leg a test is in.
+// With CRIOLeg (and PODWIRE_CRIO_DIR set), IPv6Leg and Legs it then does it
+// all again on a cluster of each such leg: the tests run once per leg, and
+// Cluster.Runtime, Cluster.IPv6Only and Cluster.DualStack say which leg a
+// test is in.
 func (s *Suite) Main(m *testing.M) int {
 	env, skip := TestEnv(s.Env...)
 	if s.skip = skip; skip != "" {
 		return m.Run()
 	}
-	code := s.leg(m, env, Runtime{}, false)
+	code := s.leg(m, env, Runtime{}, false, nil)
 	if s.CRIOLeg {
 		if dir := os.Getenv(CRIOEnv); dir == "" {
 			fmt.Printf("cluster: %s unset: no CRI-O leg (make test-k8s sets it)\n", CRIOEnv)
 		} else {
 			fmt.Printf("=== the suite again, its nodes on CRI-O (%s)\n", dir)
-			code = max(code, s.leg(m, env, Runtime{CRIO: dir, Runc: RuntimeFromEnv().Runc}, false))
+			code = max(code, s.leg(m, env, Runtime{CRIO: dir, Runc: RuntimeFromEnv().Runc}, false, nil))
 		}
 	}
 	if s.IPv6Leg {
 		fmt.Printf("=== the suite again, on a single-stack IPv6 cluster\n")
-		code = max(code, s.leg(m, env, Runtime{}, true))
+		code = max(code, s.leg(m, env, Runtime{}, true, nil))
+	}
+	for _, l := range s.Legs {
+		fmt.Printf("=== the suite again, %s\n", l.Name)
+		code = max(code, s.leg(m, env, Runtime{}, false, l.Options))
 	}
 	return code
 }
 
 // leg is one run of the tests on a cluster of its own whose nodes run rt
 // (the zero value: Options' Runtime, else RuntimeFromEnv), single-stack
-// IPv6 with ipv6Only.
-func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime, ipv6Only bool) int {
+// IPv6 with ipv6Only, its Options changed by change when not nil.
+func (s *Suite) leg(m *testing.M, env map[string]string, rt Runtime, ipv6Only bool, change func(*Options)) int {
 	logf := func(format string, args ...any) { fmt.Printf("cluster: "+format+"\n", args...) }
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
 	defer cancel()
 	opts := s.Options(env)
 	opts.Logf, opts.Keep = logf, os.Getenv("PODWIRE_K8S_KEEP") != ""
 	opts.IPv6Only = opts.IPv6Only || ipv6Only
+	if change != nil {
+		change(&opts)
+	}
 	if rt != (Runtime{}) {
 		opts.Runtime = rt
 	}
