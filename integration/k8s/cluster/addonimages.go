@@ -83,6 +83,25 @@ func iptablesFiles() ([]ImageFile, error) {
 	return files, nil
 }
 
+// netfilterFiles are what a primary's agent that programs nftables needs
+// of the host: nft (knftables runs it), iptables (iptablesFiles: the
+// agents look at it at start), and busybox with applets.
+func netfilterFiles(applets ...string) ([]ImageFile, error) {
+	files, err := hostTool("nft")
+	if err != nil {
+		return nil, err
+	}
+	ipt, err := iptablesFiles()
+	if err != nil {
+		return nil, err
+	}
+	bb, err := busyboxFiles(applets...)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(files, ipt...), bb...), nil
+}
+
 // FlannelImage holds flanneld and install-conf at /opt/bin (as flannel's
 // image has them), the flannel CNI plugin at /flannel (as
 // flannel-cni-plugin's image has it), nft (flanneld's EnableNFTables mode
@@ -92,20 +111,10 @@ func iptablesFiles() ([]ImageFile, error) {
 // manifest's install containers. dir is scripts/flannel-build.sh's
 // output.
 func FlannelImage(dir string) (v1.Image, error) {
-	files, err := hostTool("nft")
+	files, err := netfilterFiles("sh", "cp")
 	if err != nil {
 		return nil, err
 	}
-	ipt, err := iptablesFiles()
-	if err != nil {
-		return nil, err
-	}
-	files = append(files, ipt...)
-	bb, err := busyboxFiles("sh", "cp")
-	if err != nil {
-		return nil, err
-	}
-	files = append(files, bb...)
 	for _, b := range []struct{ src, dest string }{
 		{"flanneld", "/opt/bin/flanneld"}, {"install-conf", "/opt/bin/install-conf"}, {"flannel", "/flannel"},
 	} {
@@ -164,15 +173,7 @@ LogSeveritySys = None
 // iptables (Felix reads its version to choose masquerade's fully-random)
 // and busybox's sh, cat and sleep for the start.
 func CalicoNodeImage(dir string) (v1.Image, error) {
-	files, err := hostTool("nft")
-	if err != nil {
-		return nil, err
-	}
-	ipt, err := iptablesFiles()
-	if err != nil {
-		return nil, err
-	}
-	bb, err := busyboxFiles("sh", "cat", "sleep")
+	files, err := netfilterFiles("sh", "cat", "sleep")
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +181,7 @@ func CalicoNodeImage(dir string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	files = append(append(append(files, ipt...), bb...), f,
+	files = append(files, f,
 		ImageFile{Path: "/sbin/calico-start", Mode: 0o755, Data: []byte(calicoStart)},
 		ImageFile{Path: "/etc/calico/felix.cfg", Mode: 0o644, Data: []byte(calicoFelixConfig)})
 	// FELIX_DebugSkipCTLBCleanup: outside BPF mode Felix first removes

@@ -3,10 +3,10 @@ package multinode
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -279,27 +279,12 @@ func checkWired(t *testing.T, ctx context.Context, sink *packets.Sink, to netip.
 	t.Helper()
 	statuses := map[*cluster.Node]map[string]cliapi.Attachment{}
 	for _, n := range c.Nodes {
-		// The rollout ends when the DaemonSet's pods are Ready; the
-		// agent's own view may lag its /readyz by a pass.
-		var st *cliapi.NodeStatus
-		var out []byte
-		err := cnitest.Eventually(20*time.Second, func() error {
-			var err error
-			st, out, err = cnitest.RunStatus(n.Command(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json"))
-			switch {
-			case err != nil:
-				return err
-			case len(st.NotCurrent()) > 0:
-				return fmt.Errorf("tables not current %v", st.NotCurrent())
-			case st.Agent == nil || !st.Agent.Ready:
-				return errors.New("the agent is not ready")
-			case len(st.Agent.Unknown) > 0:
-				return fmt.Errorf("the agent reports unknown interfaces %v", st.Agent.Unknown)
-			}
-			return nil
+		r, err := cnitest.SettledStatus(20*time.Second, func() *exec.Cmd {
+			return n.Command(ctx, "/opt/cni/bin/podwire", "status", "--conf-dir", "/etc/cni/net.d", "--json")
 		})
+		st := r.Status
 		if err != nil {
-			t.Errorf("%s after %s: %v:\n%s\n%s", n.Name, crossing, err, out, agentDiagnostics(ctx))
+			t.Errorf("%s after %s: %v:\n%s\n%s", n.Name, crossing, err, r.Output, agentDiagnostics(ctx))
 		}
 		statuses[n] = map[string]cliapi.Attachment{}
 		if st != nil {
