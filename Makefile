@@ -214,13 +214,14 @@ PREVIOUS_ENV = PODWIRE_PREVIOUS_IMAGE=$(PREVIOUS_DIR)/bin/podwire-image.tar PODW
 # promtool, for the multi-node suite's evaluation of the chart's alerts.
 K8S_TEST_ENV += PODWIRE_PROMTOOL=$(PROMTOOL)
 
-# The single-node and the multi-node suites run at once (-p 2): each
-# cluster is private to its run, and the first ends while the second sets
-# up; go test then prints each package's output whole, as it ends.
+# The Kubernetes suites run two at a time (-p 2): each cluster is private
+# to its run. The single-node and the multi-node suites start at once, and
+# the Calico suite takes the single-node one's place when it ends; go test
+# then prints each package's output whole, as it ends.
 # K8S_RUN narrows the tests (go test -run) while working on one; K8S_PKGS
 # the suites, named from the root (go test runs them in integration/).
 K8S_RUN ?= .
-K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/
+K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/ ./integration/k8s/calico/
 test-k8s: deps image image-previous tools k8s-bins promtool
 	$(K8S_TEST_ENV) $(PREVIOUS_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
 
