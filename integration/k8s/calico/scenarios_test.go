@@ -290,8 +290,10 @@ func setSpoofing(t *testing.T, v string) {
 // annotation because podwire's route of the prefix to the pod's host
 // veth passes its reverse-path check (a FIB lookup), and the route
 // outlives Felix's route resyncs (removeExternalRoutes false, the
-// recipe's other line). Control: a source behind the same router that no
-// route leads back to is dropped by Felix's reverse-path rule.
+// recipe's other line). Controls: a source behind the same router that no
+// route leads back to is dropped by Felix's reverse-path rule; with
+// removeExternalRoutes true, Calico's default, Felix deletes podwire's
+// routes and the transit stops.
 func TestRoutedTransit(t *testing.T) {
 	needDualStack(t)
 	const port = 7301
@@ -337,6 +339,31 @@ func TestRoutedTransit(t *testing.T) {
 		}
 	}
 	t.Logf("control: transit from %s and %s behind the same router, unrouted, is dropped by Felix's reverse-path rule", hostIn(transitNet), hostIn(transitNet6))
+
+	// Control for the recipe's removeExternalRoutes false: with Calico's
+	// default, Felix takes podwire's routes via the router's cali* for its
+	// own and deletes them at a route resync, and the transit stops.
+	// Nothing puts them back before the pod's next ADD: the plugin adds
+	// them, CHECK would report them, and no runtime here calls CHECK on
+	// Calico's 0.3.1 chain.
+	kubectl(t, "", "patch", "felixconfiguration", "default", "--type=merge", "-p", `{"spec":{"removeExternalRoutes":true}}`)
+	t.Cleanup(func() {
+		c.MustKubectl(t, "", "patch", "felixconfiguration", "default", "--type=merge", "-p", `{"spec":{"removeExternalRoutes":false}}`)
+	})
+	if err := cnitest.Eventually(60*time.Second, func() error {
+		for _, fam := range []string{"-4", "-6"} {
+			if out, err := n1.Command(context.Background(), "ip", fam, "route", "show", "proto", "44").Output(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+				return fmt.Errorf("podwire's routes (proto 44) still there: %s %v", out, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("control: with removeExternalRoutes true, Felix left %v", err)
+	}
+	if err := exchange(); err == nil {
+		t.Fatalf("control: with podwire's routes deleted by Felix, the outside still reaches the hosts behind the router")
+	}
+	t.Logf("control: with removeExternalRoutes true (Calico's default), Felix deleted podwire's routes and the routed transit stopped")
 }
 
 // TestEgressOverNatOutgoing: Calico masquerades a pod's traffic to the
