@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/netlinksafe"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -118,7 +119,7 @@ func createNamespace(t *testing.T, name string) {
 // the node or of the outside network.
 func uplinkAddrs(nsPath string, prefixes ...netip.Prefix) error {
 	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
+		l, err := netlinksafe.LinkByName("eth0")
 		if err != nil {
 			return err
 		}
@@ -141,7 +142,7 @@ func uplinkAddrs(nsPath string, prefixes ...netip.Prefix) error {
 // delUplinkAddrs removes prefixes from eth0 in the netns at nsPath.
 func delUplinkAddrs(nsPath string, prefixes ...netip.Prefix) error {
 	return ns.WithNetNSPath(nsPath, func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
+		l, err := netlinksafe.LinkByName("eth0")
 		if err != nil {
 			return err
 		}
