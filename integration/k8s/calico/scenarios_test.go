@@ -284,7 +284,7 @@ func setSpoofing(t *testing.T, v string) {
 	}
 }
 
-// TestRoutedTransit: a router pod with podwire.io/routes: the outside
+// TestRoutedTransit (dual-stack leg): a router pod with podwire.io/routes: the outside
 // reaches a host of the client network behind it and gets its answers,
 // whose sources are transit. Felix lets them through without Calico's
 // annotation because podwire's route of the prefix to the pod's host
@@ -366,7 +366,7 @@ func TestRoutedTransit(t *testing.T) {
 	t.Logf("control: with removeExternalRoutes true (Calico's default), Felix deleted podwire's routes and the routed transit stopped")
 }
 
-// TestEgressOverNatOutgoing: Calico masquerades a pod's traffic to the
+// TestEgressOverNatOutgoing (dual-stack leg): Calico masquerades a pod's traffic to the
 // outside to the node's address (natOutgoing, both families: the
 // control); with the Node's podwire.io/egress-ip, a pod's traffic leaves
 // with the egress IPs instead, because podwire's egress chain (srcnat - 1)
@@ -468,7 +468,7 @@ func chainPriorities(t *testing.T) map[string]*int {
 	return m
 }
 
-// TestProbeSNAT: the Azure health probe, a TCP handshake from
+// TestProbeSNAT (dual-stack leg): the Azure health probe, a TCP handshake from
 // fe80::1234:5678:9abc on the outside network's uplink, reaches a pod's
 // IPv6 address through the node and Felix's tables and is answered:
 // podwire's probe SNAT gives it a routable source before routing and turns
@@ -509,7 +509,7 @@ func TestProbeSNAT(t *testing.T) {
 	t.Logf("probe from %s to pod %s answered beside Felix's tables; from %s (no pair) unanswered", azureProbe, dst, unpaired)
 }
 
-// TestDrift: each side's tables outlive the other's repair. podwire's
+// TestDrift (dual-stack leg): each side's tables outlive the other's repair. podwire's
 // tables deleted: the agent rebuilds them, and Felix's tables are
 // unchanged, handle for handle. Felix's tables deleted: Felix rebuilds
 // them at its next resync, and podwire's are unchanged, handle for handle
@@ -582,13 +582,14 @@ func TestDrift(t *testing.T) {
 	})
 }
 
-// TestCalicoNodeRestart: calico-node rolls out again (a new pod: its
-// install-cni rewrites 10-calico.conflist, without podwire's entry, and
-// its start-up and Felix run anew, as an upgrade runs them). Throughout,
-// an ordinary pod's forged datagrams, sent every 250 ms, never arrive;
-// after it, the agent has put podwire back in the chain (its
-// PodwireChainRestored Event on the Node), podwire's tables are unchanged, every attachment is complete and source-checked, and a pod
-// created after it is checked too.
+// TestCalicoNodeRestart (dual-stack leg): calico-node rolls out again (a
+// new pod: its install-cni rewrites 10-calico.conflist, without podwire's
+// entry, and its start-up and Felix run anew, as an upgrade runs them).
+// Throughout, an ordinary pod's forged datagrams, sent every 250 ms, never
+// arrive; after it, the agent has put podwire back in the chain (its
+// PodwireChainRestored Event on the Node), podwire's tables are unchanged,
+// every attachment is complete and source-checked, and a pod created after
+// it is checked too.
 func TestCalicoNodeRestart(t *testing.T) {
 	needDualStack(t)
 	const port = 7601
