@@ -223,7 +223,7 @@ K8S_TEST_ENV += PODWIRE_PROMTOOL=$(PROMTOOL)
 K8S_RUN ?= .
 K8S_PKGS ?= ./integration/k8s/ ./integration/k8s/multinode/ ./integration/k8s/calico/
 test-k8s: deps image image-previous tools k8s-bins promtool
-	$(K8S_TEST_ENV) $(PREVIOUS_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 25m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
+	$(K8S_TEST_ENV) $(PREVIOUS_ENV) $(GO) -C integration test -count=1 -p 2 -v -timeout 30m -run '$(K8S_RUN)' $(call in-integration,$(K8S_PKGS))
 
 # Every [sig-network] [Conformance] spec the multi-node cluster can run,
 # beyond test-k8s's subset (integration/k8s/multinode/conformance_test.go),
