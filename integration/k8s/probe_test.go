@@ -1,26 +1,10 @@
 package k8s
 
 import (
-	"fmt"
-	"net"
 	"net/netip"
 	"testing"
-	"time"
 
-	"github.com/containernetworking/plugins/pkg/netlinksafe"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
-	"github.com/podwire/podwire/integration/packets"
-)
-
-// The Azure load-balancer health probe's source (probeSNAT's preset
-// "azure"; on AKS it is also the nodes' IPv6 router), and another
-// link-local address of the same uplink that no pair rewrites.
-var (
-	azureProbe   = netip.MustParseAddr("fe80::1234:5678:9abc")
-	unpairedLink = netip.MustParseAddr("fe80::4321")
+	"github.com/podwire/podwire/integration/k8s/cluster"
 )
 
 // TestProbeSNAT (single-stack IPv6 leg): the health probe, a TCP handshake
@@ -38,53 +22,13 @@ func TestProbeSNAT(t *testing.T) {
 	}
 	const port = 8080
 	p := runPod(t, "default", "probe-target", nil)
-	ln, err := packets.TCPListen(p.netns, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	for _, a := range []netip.Addr{azureProbe, unpairedLink} {
-		if err := outsideLinkLocal(t, a); err != nil {
-			t.Fatal(err)
-		}
-	}
 	dst := netip.AddrPortFrom(p.ip, port)
-	answered, err := packets.TCPHandshake(c.OutsideNetNS, unpairedLink, "eth0", dst, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	control, probe := c.ProbeHandshakes(t, p.netns, dst)
+	if control {
+		t.Fatalf("control: the probe from %s (no pair) to %s was answered, so the node forwards link-local sources and this test proves nothing", cluster.UnpairedLinkLocal, dst)
 	}
-	if answered {
-		t.Fatalf("control: the probe from %s (no pair) to %s was answered, so the node forwards link-local sources and this test proves nothing", unpairedLink, dst)
+	if !probe {
+		t.Fatalf("the probe from %s to %s was not answered with probeSNAT (preset azure) on:\n%s", cluster.AzureProbe, dst, nodeRuleset(t))
 	}
-	answered, err = packets.TCPHandshake(c.OutsideNetNS, azureProbe, "eth0", dst, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !answered {
-		t.Fatalf("the probe from %s to %s was not answered with probeSNAT (preset azure) on:\n%s", azureProbe, dst, nodeRuleset(t))
-	}
-	t.Logf("probe from %s to pod %s answered; from %s (no pair) unanswered", azureProbe, dst, unpairedLink)
-}
-
-// outsideLinkLocal adds a (link-local, /64) to the outside network's uplink
-// until the test ends.
-func outsideLinkLocal(t *testing.T, a netip.Addr) error {
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
-	change := func(add bool) error {
-		return ns.WithNetNSPath(c.OutsideNetNS, func(ns.NetNS) error {
-			l, err := netlinksafe.LinkByName("eth0")
-			if err != nil {
-				return err
-			}
-			if add {
-				return netlink.AddrAdd(l, addr)
-			}
-			return netlink.AddrDel(l, addr)
-		})
-	}
-	if err := change(true); err != nil {
-		return fmt.Errorf("add %s to the outside's uplink: %w", a, err)
-	}
-	t.Cleanup(func() { change(false) })
-	return nil
+	t.Logf("probe from %s to pod %s answered; from %s (no pair) unanswered", cluster.AzureProbe, dst, cluster.UnpairedLinkLocal)
 }

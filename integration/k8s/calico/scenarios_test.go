@@ -476,37 +476,16 @@ func chainPriorities(t *testing.T) map[string]*int {
 // fe80::4321, which no pair rewrites, is unanswered.
 func TestProbeSNAT(t *testing.T) {
 	needDualStack(t)
-	const port = 8080
-	azureProbe, unpaired := netip.MustParseAddr("fe80::1234:5678:9abc"), netip.MustParseAddr("fe80::4321")
 	p := runPod(t, "default", "probe-target", nil)
-	ln, err := packets.TCPListen(p.netns, port)
-	if err != nil {
-		t.Fatal(err)
+	dst := netip.AddrPortFrom(p.ip6, 8080)
+	control, probe := c.ProbeHandshakes(t, p.netns, dst)
+	if control {
+		t.Fatalf("control: the probe from %s (no pair) to %s was answered, so the node forwards link-local sources and this test proves nothing", cluster.UnpairedLinkLocal, dst)
 	}
-	t.Cleanup(func() { ln.Close() })
-	for _, a := range []netip.Addr{azureProbe, unpaired} {
-		pfx := netip.PrefixFrom(a, 64)
-		if err := uplinkAddrs(c.OutsideNetNS, pfx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = delUplinkAddrs(c.OutsideNetNS, pfx) })
+	if !probe {
+		t.Fatalf("the probe from %s to %s was not answered:\n%s", cluster.AzureProbe, dst, nodeNft(t, "list", "ruleset"))
 	}
-	dst := netip.AddrPortFrom(p.ip6, port)
-	answered, err := packets.TCPHandshake(c.OutsideNetNS, unpaired, "eth0", dst, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if answered {
-		t.Fatalf("control: the probe from %s (no pair) to %s was answered, so the node forwards link-local sources and this test proves nothing", unpaired, dst)
-	}
-	answered, err = packets.TCPHandshake(c.OutsideNetNS, azureProbe, "eth0", dst, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !answered {
-		t.Fatalf("the probe from %s to %s was not answered:\n%s", azureProbe, dst, nodeNft(t, "list", "ruleset"))
-	}
-	t.Logf("probe from %s to pod %s answered beside Felix's tables; from %s (no pair) unanswered", azureProbe, dst, unpaired)
+	t.Logf("probe from %s to pod %s answered beside Felix's tables; from %s (no pair) unanswered", cluster.AzureProbe, dst, cluster.UnpairedLinkLocal)
 }
 
 // TestDrift (dual-stack leg): each side's tables outlive the other's repair. podwire's
