@@ -100,10 +100,12 @@ type Calico struct {
 	// does (calico-node's start-up then only fills in what is missing);
 	// nil leaves it to the start-up.
 	Felix map[string]any
-	// NftablesRefresh is Felix's resync of its own tables
-	// (FELIX_NFTABLESREFRESHINTERVAL, whole seconds); 0 is 5 s.
-	NftablesRefresh time.Duration
 }
+
+// calicoTablesRefresh is Felix's resync of its own tables
+// (FELIX_NFTABLESREFRESHINTERVAL, whole seconds), far shorter than its
+// default, so that a suite sees Felix repair its drift within a test.
+const calicoTablesRefresh = "5"
 
 // InstallCalico applies Calico's own manifest (addons/calico.yaml:
 // Kubernetes API datastore, VXLAN, Felix in nftables mode, the run's
@@ -116,12 +118,8 @@ func (c *Cluster) InstallCalico(ctx context.Context, cal Calico) error {
 	if c.opts.Primary != PrimaryNone || !c.opts.Calico {
 		return fmt.Errorf("Calico needs Primary %q and Options.Calico (a /var/lib/calico per node)", PrimaryNone)
 	}
-	refresh := fmt.Sprint(int(cal.NftablesRefresh.Seconds()))
-	if cal.NftablesRefresh == 0 {
-		refresh = "5"
-	}
 	vals := map[string]string{
-		"CALICO_NODE_IMAGE": cal.NodeImage, "CALICO_CNI_IMAGE": cal.CNIImage, "NFTABLES_REFRESH": refresh,
+		"CALICO_NODE_IMAGE": cal.NodeImage, "CALICO_CNI_IMAGE": cal.CNIImage, "NFTABLES_REFRESH": calicoTablesRefresh,
 		"CLUSTER_CIDR": ClusterCIDR.String(), "CLUSTER_CIDR6": ClusterCIDR6.String(),
 		"ASSIGN_IPV6": "false", "FELIX_IPV6SUPPORT": "false", "IP6": "none",
 	}
