@@ -79,12 +79,14 @@ const forwardingNS = "nf-calico"
 const startupTaint = "podwire.io/agent-not-ready"
 
 // felixConfig is FelixConfiguration "default" as the README's Calico
-// recipe sets it: workloadSourceSpoofing Any (a pod's
+// recipe sets it on single-stack IPv4: workloadSourceSpoofing Any (a pod's
 // cni.projectcalico.org/allowedSourcePrefixes may then lift Felix's
 // reverse-path check) and removeExternalRoutes false (Felix otherwise
 // takes every route via a cali* interface for its own and deletes
-// podwire.io/routes'). The route refresh is 5 s rather than 90 s, so that
-// TestRoutedTransit sees Felix's resync within its wait.
+// podwire.io/routes'). The dual-stack leg keeps Any too, where the recipe
+// says Disabled, so that TestCalicoAnnotationDualStack shows why. The
+// route refresh is shorter than Felix's default, so that TestRoutedTransit
+// sees Felix's resyncs within its wait.
 func felixConfig() map[string]any {
 	return map[string]any{"workloadSourceSpoofing": "Any", "removeExternalRoutes": false, "routeRefreshInterval": "5s"}
 }
